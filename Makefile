@@ -1,0 +1,45 @@
+# quorumlock: every target works on a fresh Debian machine as root; the
+# servers the tests need are installed here when missing.
+
+GO      ?= go
+PKGS    ?= ./...
+BENCH   ?= .
+BENCHTIME ?= 2s
+COUNT   ?= 1
+
+.PHONY: test bench gobench lint fuzz deps clean
+
+# Every test, with the race detector, after vet and a gofmt check.
+test: deps lint
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+# The benchmarks (the benchmark CLI takes this target over in a later step).
+bench: gobench
+
+# testing.B benchmarks against real redis-server processes.
+gobench: deps
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./quorum/
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+# A short run of each fuzz target.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./clockdrift/
+
+# redis-server from Debian's packages, when missing and we may install it.
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing redis-server"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing: apt-get install redis-server" >&2; exit 1; \
+		fi; \
+	fi
+	$(GO) mod download
+
+clean:
+	$(GO) clean -testcache

@@ -1,0 +1,308 @@
+package redlock
+
+import (
+	"context"
+	crand "crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/clockdrift"
+	"quorumlock.dev/internal/nilcheck"
+	"quorumlock.dev/quorum"
+)
+
+// Master is the part of a Redis client that the lock needs: running a
+// command of its own (SET ... NX PX ... GET) and running scripts.
+// *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it. Each master
+// must be an independent Redis server: two clients of one server, or of a
+// primary and its replica, would count one failure domain twice.
+type Master interface {
+	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+var (
+	_ Master = (*redis.Client)(nil)
+	_ Master = (*redis.Ring)(nil)
+	_ Master = (*redis.ClusterClient)(nil)
+)
+
+// MaxResourceLen is the longest resource name accepted, in bytes.
+const MaxResourceLen = 512
+
+var (
+	//go:embed scripts/release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed scripts/extend.lua
+	extendLua    string
+	extendScript = redis.NewScript(extendLua)
+)
+
+// Client takes locks on a fixed set of masters. It is safe for concurrent
+// use by many goroutines.
+type Client struct {
+	masters []Master
+	addrs   []string
+	quorum  int
+	cfg     config
+}
+
+// New returns a client over masters, the Redis clients the caller already
+// holds, one per independent master. One master is the single-instance
+// mode, with the same API. Invalid options, no masters, a nil master or the
+// same master twice give [ErrInvalidArgument]. New does no I/O.
+func New(masters []Master, opts ...Option) (*Client, error) {
+	cfg := defaults()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalid("nil option")
+		}
+		opt(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if len(masters) == 0 {
+		return nil, invalid("no masters")
+	}
+	c := &Client{
+		masters: append([]Master(nil), masters...),
+		addrs:   make([]string, len(masters)),
+		quorum:  quorum.Majority(len(masters)),
+		cfg:     cfg,
+	}
+	seen := make(map[string]int, len(masters))
+	for i, m := range masters {
+		if nilcheck.Is(m) {
+			return nil, invalid("master %d is nil", i)
+		}
+		for j := range i {
+			if same(masters[j], m) {
+				return nil, invalid("masters %d and %d are the same client", j, i)
+			}
+		}
+		addr, known := address(m)
+		if !known {
+			addr = fmt.Sprintf("master %d", i)
+		} else if j, dup := seen[addr]; dup {
+			return nil, invalid("masters %d and %d are both %s", j, i, addr)
+		}
+		seen[addr] = i
+		c.addrs[i] = addr
+	}
+	return c, nil
+}
+
+// same reports whether a and b are one client. Values of types that cannot
+// be compared are never the same (comparing them would panic).
+func same(a, b Master) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// address names a master in errors and logs, and finds two clients of one
+// server.
+func address(m Master) (string, bool) {
+	switch c := m.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().Addr, true
+	case interface{ Options() *redis.ClusterOptions }:
+		return "cluster " + strings.Join(c.Options().Addrs, ","), true
+	}
+	return "", false
+}
+
+// Masters is the number of masters; Quorum is how many of them make a majority.
+func (c *Client) Masters() int { return len(c.masters) }
+
+// Quorum is the number of masters that make a majority: Masters()/2 + 1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// TryLock makes exactly one attempt to lock resource for ttl. It returns as
+// soon as a majority of masters agreed, or as soon as a majority became
+// impossible; each master is bounded by the node timeout. On failure the
+// key is released on every master, including those that did not answer in
+// time (after their call returns), even when ctx has ended. The error is
+// [ErrNotAcquired] when others hold the lock, [ErrQuorumUnavailable] when too
+// many masters failed, [ErrFenceUnavailable] when a fence was asked for and
+// could not be minted, each joined with the per-master errors.
+func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	if err := c.check(resource, ttl); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotAcquired, err)
+	}
+	return c.attempt(ctx, resource, ttl)
+}
+
+// Lock is [Client.TryLock] with retries: after a failed attempt it waits a
+// jittered delay and tries again, until it wins, the retry budget is spent
+// (see [WithRetry]) or ctx ends. The error is the last attempt's, joined
+// with ctx.Err() when the context ended the wait.
+func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	if err := c.check(resource, ttl); err != nil {
+		return nil, err
+	}
+	var timer *time.Timer
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(ErrNotAcquired, err)
+		}
+		l, err := c.attempt(ctx, resource, ttl)
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
+			return nil, err
+		}
+		wait := c.cfg.delay
+		if c.cfg.jitter > 0 {
+			wait += rand.N(c.cfg.jitter)
+		}
+		c.cfg.logger.Debug("redlock: retrying", "resource", resource, "attempt", n, "wait", wait, "err", err)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+func (c *Client) check(resource string, ttl time.Duration) error {
+	switch {
+	case resource == "":
+		return invalid("empty resource")
+	case len(resource) > MaxResourceLen:
+		return invalid("resource of %d bytes is longer than %d", len(resource), MaxResourceLen)
+	case !utf8.ValidString(resource):
+		return invalid("resource %q is not valid UTF-8", resource)
+	case strings.IndexFunc(resource, isControl) >= 0:
+		return invalid("resource %q has a control character", resource)
+	case ttl < time.Millisecond:
+		return invalid("ttl %v is below 1ms", ttl)
+	case ttl <= c.cfg.nodeTimeout:
+		return invalid("ttl %v is not longer than the node timeout %v", ttl, c.cfg.nodeTimeout)
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// attempt is one round of the algorithm: SET NX on every master, the
+// validity check, the fence.
+func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	// Redis keeps whole milliseconds; count only what it keeps.
+	ttl = ttl.Truncate(time.Millisecond)
+	l := newLock(c, resource, newToken())
+	// One argument list serves every master: go-redis only reads it.
+	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx", "get"}
+
+	start := time.Now()
+	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
+		cmd := redis.NewStringCmd(ctx, args...)
+		err := c.masters[i].Process(ctx, cmd)
+		switch {
+		case err == redis.Nil: // the key was absent and is now ours
+			return true, nil
+		case err != nil:
+			return false, err
+		}
+		return false, nil // held by another token
+	})
+	l.round = round
+	deadline := start.Add(ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant))
+
+	if round.Agreed < c.quorum {
+		c.abandon(ctx, round, l)
+		return nil, c.roundError(ctx, round, "acquire")
+	}
+	if !time.Now().Before(deadline) {
+		c.abandon(ctx, round, l)
+		return nil, fmt.Errorf("%w: majority reached after %v, no validity left of ttl %v",
+			ErrQuorumUnavailable, time.Since(start), ttl)
+	}
+	if c.cfg.minter != nil {
+		mctx, cancel := context.WithDeadline(ctx, deadline)
+		v, err := c.cfg.minter.Mint(mctx, resource)
+		cancel()
+		switch {
+		case err != nil:
+			c.abandon(ctx, round, l)
+			return nil, errors.Join(ErrFenceUnavailable, err)
+		case !time.Now().Before(deadline):
+			c.abandon(ctx, round, l)
+			return nil, fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
+		}
+		l.fence, l.fenced = v, true
+	}
+	l.until = deadline
+	return l, nil
+}
+
+// abandon releases the key of a failed attempt on every master, with a
+// context that the caller's cancellation does not reach: a master whose SET
+// is still in flight gets its release after that SET returns.
+func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) {
+	detached := context.WithoutCancel(ctx)
+	round.Undo(c.cfg.nodeTimeout, func(i int) {
+		if _, err := l.release(detached, i); err != nil {
+			c.cfg.logger.Warn("redlock: release after a failed attempt", "master", c.addrs[i], "resource", l.resource, "err", err)
+		}
+	})
+}
+
+// roundError builds the error of a lost round: ErrNotAcquired when others
+// held the lock (or ctx ended the round), ErrQuorumUnavailable when failures
+// alone put a majority out of reach; joined with every master's error.
+func (c *Client) roundError(ctx context.Context, round *quorum.Round, op string) error {
+	kind := ErrNotAcquired
+	if op != "acquire" {
+		kind = ErrLockNotHeld
+	}
+	ctxErr := ctx.Err()
+	unanswered := round.Unanswered()
+	if ctxErr == nil && unanswered > len(c.masters)-c.quorum {
+		kind = ErrQuorumUnavailable
+	}
+	if unanswered == 0 && ctxErr == nil {
+		return kind
+	}
+	errs := make([]error, 0, 2+unanswered)
+	errs = append(errs, kind)
+	for i := range c.masters {
+		if err := round.Err(i); err != nil {
+			errs = append(errs, &MasterError{Addr: c.addrs[i], Op: op, Err: err})
+		}
+	}
+	if ctxErr != nil {
+		errs = append(errs, ctxErr)
+	}
+	return errors.Join(errs...)
+}
+
+// newToken returns 128 random bits in hex.
+func newToken() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
+}

@@ -1,0 +1,62 @@
+// Package redlock is a distributed lock over N independent Redis masters
+// (the Redlock algorithm), with an optional fencing token. One master is the
+// single-instance mode, with the same API.
+//
+// # What a lock is
+//
+// [Client.TryLock] writes a random token to lock:<resource> on every master
+// at once (SET NX PX, each call bounded by the node timeout) and wins when a
+// majority, Masters()/2+1, took it. The lock is then held until
+// start + ttl − (factor·ttl + constant), measured on the local monotonic
+// clock from before the first SET was sent; [Lock.Until] says when that is.
+// The drift term (default 1% of the TTL plus 2 ms) allows for the masters'
+// clocks running at a different rate from ours. A lost attempt is released
+// on every master, and [Client.Lock] retries after a random delay.
+//
+// # What the lock promises, and what it does not
+//
+// The lock is an efficiency lock. While the assumptions below hold, no two
+// clients hold it at once, so it avoids double work: two nightly jobs, two
+// refreshes of one cache entry. It fails in these ways, and no choice of TTL
+// or number of masters removes them:
+//
+//   - A process pause. A holder that stops (a GC pause, a stopped container,
+//     a swapped-out page, a slow syscall) for longer than what is left of its
+//     lease wakes up believing it holds the lock while another client holds
+//     it. Checking Until or Done before a write narrows the window but cannot
+//     close it: the pause can fall between the check and the write.
+//   - A clock that jumps. Keys expire by each master's wall clock. A master
+//     whose clock is stepped forward expires the key early, and the lock can
+//     be won by another client while we still count on it.
+//   - A restart without persistence. A master that restarts empty forgets our
+//     key, and with it can hand a majority to a second client. Run masters
+//     with appendonly yes and appendfsync always, or keep a restarted master
+//     out of service for one maximum TTL.
+//   - A network that delays a request beyond the node timeout: the SET may be
+//     applied after we gave up (a "ghost" write). The client releases such a
+//     master after the call returns, but a server that was frozen can apply
+//     the SET after the release; the key then lives out its TTL, which costs
+//     others time but never gives the lock to two holders.
+//
+// # Why the fence exists
+//
+// Only the storage that the lock protects can reject a write from a holder
+// that lost its lease. [WithFence] makes every lock carry a number minted on
+// one authoritative counter after the quorum is won ([Lock.Fence]); each
+// new holder's number is larger than every earlier holder's. The storage
+// keeps the largest number it has seen with the data and refuses writes
+// that carry a smaller one. A stale holder's write then fails, whatever the
+// clocks and pauses did. Use the lock alone where occasional double work is
+// tolerable; add the fence where it is not. A lock that asked for a fence is
+// never handed out without one: if the counter cannot be reached, the lock
+// is released and the caller gets [ErrFenceUnavailable].
+//
+// # Keys
+//
+// The lock key is lock:<resource> and the fence key fence:<resource>, with
+// resources named <domain>:<id> (lock:alloc:WH-01, fence:alloc:WH-01). A
+// resource is 1 to [MaxResourceLen] bytes of UTF-8 without control
+// characters. Braces are Redis Cluster hash tags: use them only on purpose.
+// Masters need Redis 7.0 or newer (SET with NX and GET together), and keys
+// of other types under lock:* are reported as per-master errors.
+package redlock

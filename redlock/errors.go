@@ -1,0 +1,45 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The errors a Client and a Lock return. Test for them with errors.Is: a
+// returned error often joins one of these with per-master errors
+// ([*MasterError]) and, when the context ended the call, ctx.Err().
+var (
+	// ErrNotAcquired: the lock was not won because other holders had it on
+	// enough masters that a majority was out of reach.
+	ErrNotAcquired = errors.New("redlock: not acquired")
+	// ErrQuorumUnavailable: so many masters failed or did not answer in time
+	// that a majority was impossible, whoever held the lock; or the majority
+	// answered too late for any validity to be left of the TTL.
+	ErrQuorumUnavailable = errors.New("redlock: quorum unavailable")
+	// ErrLockNotHeld: Unlock or Extend found our token on no majority of
+	// masters, or the lock's validity had already run out, or it was
+	// already released.
+	ErrLockNotHeld = errors.New("redlock: lock not held")
+	// ErrFenceUnavailable: the quorum was won but no fencing token could be
+	// minted in time; the lock was released and not handed out.
+	ErrFenceUnavailable = errors.New("redlock: fence unavailable")
+	// ErrInvalidArgument: a bad option, master, resource or TTL.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+)
+
+// MasterError is the failure of one operation on one master.
+type MasterError struct {
+	Addr string // the master's address, or "master N" when it is not known
+	Op   string // "acquire", "release" or "extend"
+	Err  error
+}
+
+func (e *MasterError) Error() string {
+	return fmt.Sprintf("redlock: %s on %s: %v", e.Op, e.Addr, e.Err)
+}
+
+func (e *MasterError) Unwrap() error { return e.Err }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}

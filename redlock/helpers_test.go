@@ -1,0 +1,94 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// miniMasters starts n in-process Redis servers and a client for each.
+func miniMasters(t testing.TB, n int) ([]*miniredis.Miniredis, []Master) {
+	t.Helper()
+	servers := make([]*miniredis.Miniredis, n)
+	masters := make([]Master, n)
+	for i := range n {
+		servers[i] = miniredis.RunT(t)
+		masters[i] = newClient(t, servers[i].Addr())
+	}
+	return servers, masters
+}
+
+// newClient is a go-redis client with library defaults except retries: a
+// test wants one answer per call.
+func newClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newTestClient(t testing.TB, masters []Master, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(masters, opts...)
+	require.NoError(t, err)
+	return c
+}
+
+// seq numbers resources so no two tests share a key.
+var seq atomic.Int64
+
+func resourceName(t testing.TB) string {
+	return fmt.Sprintf("test:%s:%d", t.Name(), seq.Add(1))
+}
+
+// holders counts the masters whose lock key holds token.
+func holders(t testing.TB, servers []*miniredis.Miniredis, resource, token string) int {
+	t.Helper()
+	n := 0
+	for _, s := range servers {
+		if v, err := s.Get("lock:" + resource); err == nil && v == token {
+			n++
+		}
+	}
+	return n
+}
+
+// countingMinter is a fence.Minter that counts calls and can fail or stall.
+type countingMinter struct {
+	calls atomic.Int64
+	next  atomic.Uint64
+	err   error
+	delay time.Duration
+	check func() // run inside Mint, before returning
+}
+
+func (m *countingMinter) Mint(ctx context.Context, resource string) (uint64, error) {
+	m.calls.Add(1)
+	if m.check != nil {
+		m.check()
+	}
+	if m.delay > 0 {
+		select {
+		case <-time.After(m.delay):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if m.err != nil {
+		return 0, m.err
+	}
+	return m.next.Add(1), nil
+}
+
+// settle waits until every master holds l's key: TryLock returns at a
+// majority, and the others may still be setting it.
+func settle(t testing.TB, servers []*miniredis.Miniredis, resource string, l *Lock) {
+	t.Helper()
+	require.Eventually(t, func() bool { return holders(t, servers, resource, l.Token()) == len(servers) },
+		time.Second, time.Millisecond, "not every master took the key")
+}

@@ -1,0 +1,101 @@
+package redlock
+
+import (
+	"log/slog"
+	"math"
+	"time"
+
+	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/nilcheck"
+)
+
+// Defaults of the options.
+const (
+	DefaultNodeTimeout   = 50 * time.Millisecond
+	DefaultDriftFactor   = 0.01
+	DefaultDriftConstant = 2 * time.Millisecond
+	DefaultRetryAttempts = 32
+	DefaultRetryDelay    = 50 * time.Millisecond
+	DefaultRetryJitter   = 50 * time.Millisecond
+)
+
+// Option configures a Client; see [New].
+type Option func(*config)
+
+type config struct {
+	nodeTimeout   time.Duration
+	driftFactor   float64
+	driftConstant time.Duration
+	attempts      int
+	delay, jitter time.Duration
+	minter        fence.Minter
+	fenceSet      bool
+	logger        *slog.Logger
+}
+
+func defaults() config {
+	return config{
+		nodeTimeout:   DefaultNodeTimeout,
+		driftFactor:   DefaultDriftFactor,
+		driftConstant: DefaultDriftConstant,
+		attempts:      DefaultRetryAttempts,
+		delay:         DefaultRetryDelay,
+		jitter:        DefaultRetryJitter,
+		logger:        slog.New(slog.DiscardHandler),
+	}
+}
+
+// WithNodeTimeout bounds each call to one master (default 50 ms). The client
+// enforces it itself, whatever the go-redis client's own timeouts: a master
+// that hangs costs an attempt at most this long. It must be shorter than
+// every TTL the client is asked for.
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) { c.nodeTimeout = d }
+}
+
+// WithDrift sets the clock-drift allowance subtracted from every lease:
+// factor·ttl + constant (default 0.01 and 2 ms). factor must be in [0, 0.5).
+func WithDrift(factor float64, constant time.Duration) Option {
+	return func(c *config) { c.driftFactor, c.driftConstant = factor, constant }
+}
+
+// WithRetry sets how [Client.Lock] retries: at most attempts attempts in
+// all (0: until the context ends), waiting delay plus a uniformly random
+// part of jitter between two attempts, so that competing clients fall out
+// of step. Defaults: 32 attempts, 50 ms, 50 ms.
+func WithRetry(attempts int, delay, jitter time.Duration) Option {
+	return func(c *config) { c.attempts, c.delay, c.jitter = attempts, delay, jitter }
+}
+
+// WithFence makes every lock carry a fencing token minted by m after the
+// quorum is won (see [Lock.Fence]). m must keep its counter on a node that is
+// not one of the masters. A lock is never handed out without its token.
+func WithFence(m fence.Minter) Option {
+	return func(c *config) { c.minter, c.fenceSet = m, true }
+}
+
+// WithLogger sets where the client logs: failed cleanups and masters in
+// trouble at Warn, attempts at Debug. The default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.nodeTimeout <= 0:
+		return invalid("node timeout %v is not positive", c.nodeTimeout)
+	case math.IsNaN(c.driftFactor) || c.driftFactor < 0 || c.driftFactor >= 0.5:
+		return invalid("drift factor %v is outside [0, 0.5)", c.driftFactor)
+	case c.driftConstant < 0:
+		return invalid("drift constant %v is negative", c.driftConstant)
+	case c.attempts < 0:
+		return invalid("retry attempts %d is negative", c.attempts)
+	case c.delay < 0 || c.jitter < 0:
+		return invalid("retry delay %v and jitter %v must not be negative", c.delay, c.jitter)
+	case c.fenceSet && nilcheck.Is(c.minter):
+		return invalid("nil fence minter")
+	case nilcheck.Is(c.logger):
+		return invalid("nil logger")
+	}
+	return nil
+}

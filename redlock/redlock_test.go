@@ -1,0 +1,749 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/clockdrift"
+	"quorumlock.dev/fence"
+)
+
+// TestQuorumMatrix: for every split of N masters into free, held by another
+// client and down, the lock is granted exactly when the free ones are a
+// majority; a lost attempt leaves none of our keys behind.
+func TestQuorumMatrix(t *testing.T) {
+	for _, n := range []int{1, 3, 5, 7} {
+		servers, masters := miniMasters(t, n)
+		c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+		need := n/2 + 1
+		require.Equal(t, need, c.Quorum())
+		for held := 0; held <= n; held++ {
+			for down := 0; held+down <= n; down++ {
+				t.Run(fmt.Sprintf("masters=%d/held=%d/down=%d", n, held, down), func(t *testing.T) {
+					res := resourceName(t)
+					for i := 0; i < held; i++ {
+						require.NoError(t, servers[i].Set("lock:"+res, "someone-else"))
+					}
+					for i := held; i < held+down; i++ {
+						servers[i].Close()
+					}
+					t.Cleanup(func() {
+						for i := held; i < held+down; i++ {
+							require.NoError(t, servers[i].Restart())
+						}
+					})
+
+					l, err := c.TryLock(context.Background(), res, time.Minute)
+					free := n - held - down
+					if free >= need {
+						require.NoError(t, err)
+						// Early return: the slower free masters may still be setting the key.
+						require.Eventually(t, func() bool { return holders(t, servers, res, l.Token()) == free },
+							time.Second, time.Millisecond)
+						require.NoError(t, l.Unlock(context.Background()))
+						assert.Zero(t, holders(t, servers, res, l.Token()))
+						return
+					}
+					require.Error(t, err)
+					assert.Nil(t, l)
+					if down > n-need {
+						assert.ErrorIs(t, err, ErrQuorumUnavailable)
+						var me *MasterError
+						require.ErrorAs(t, err, &me)
+						assert.Equal(t, "acquire", me.Op)
+						assert.Contains(t, me.Addr, "127.0.0.1:")
+					} else {
+						assert.ErrorIs(t, err, ErrNotAcquired)
+						assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+					}
+					for i, s := range servers[held+down:] {
+						assert.False(t, s.Exists("lock:"+res), "free master %d keeps a key after a lost attempt", held+down+i)
+					}
+					for _, s := range servers[:held] {
+						v, _ := s.Get("lock:" + res)
+						assert.Equal(t, "someone-else", v, "a lost attempt touched another holder's key")
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestSingleInstanceMode(t *testing.T) {
+	servers, masters := miniMasters(t, 1)
+	c := newTestClient(t, masters)
+	res := "invoice:42"
+	l, err := c.TryLock(context.Background(), res, 30*time.Second)
+	require.NoError(t, err)
+	settle(t, servers, res, l)
+	ttl := servers[0].TTL("lock:" + res)
+	assert.Equal(t, 30*time.Second, ttl, "SET must carry the TTL as PX")
+	_, err = c.TryLock(context.Background(), res, 30*time.Second)
+	assert.ErrorIs(t, err, ErrNotAcquired)
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+func TestTokenAndKeys(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters)
+	a, err := c.TryLock(context.Background(), "alloc:WH-01", time.Minute)
+	require.NoError(t, err)
+	assert.Len(t, a.Token(), 32)
+	assert.Equal(t, "alloc:WH-01", a.Resource())
+	v, err := servers[0].Get("lock:alloc:WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, a.Token(), v)
+	require.NoError(t, a.Unlock(context.Background()))
+	b, err := c.TryLock(context.Background(), "alloc:WH-01", time.Minute)
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Token(), b.Token(), "tokens must not repeat")
+	require.NoError(t, b.Unlock(context.Background()))
+}
+
+// TestUntilFollowsValidity: Until is start + ttl − drift term, so what is
+// left after the attempt is the validity of the algorithm.
+func TestUntilFollowsValidity(t *testing.T) {
+	_, masters := miniMasters(t, 5)
+	c := newTestClient(t, masters, WithDrift(0.1, 5*time.Millisecond))
+	ttl := 10 * time.Second
+	before := time.Now()
+	l, err := c.TryLock(context.Background(), resourceName(t), ttl)
+	after := time.Now()
+	require.NoError(t, err)
+	allowance := clockdrift.Allowance(ttl, 0.1, 5*time.Millisecond)
+	require.Equal(t, 1005*time.Millisecond, allowance)
+	assert.False(t, l.Until().Before(before.Add(ttl-allowance)))
+	assert.False(t, l.Until().After(after.Add(ttl-allowance)))
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	_, masters := miniMasters(t, 2)
+	var typedNil *redis.Client
+	sameAddr := newClient(t, masters[0].(*redis.Client).Options().Addr)
+	tests := []struct {
+		name    string
+		masters []Master
+		opts    []Option
+	}{
+		{"no masters", nil, nil},
+		{"empty masters", []Master{}, nil},
+		{"nil master", []Master{masters[0], nil}, nil},
+		{"typed nil master", []Master{typedNil}, nil},
+		{"same client twice", []Master{masters[0], masters[1], masters[0]}, nil},
+		{"two clients of one server", []Master{masters[0], sameAddr}, nil},
+		{"zero node timeout", masters, []Option{WithNodeTimeout(0)}},
+		{"negative node timeout", masters, []Option{WithNodeTimeout(-time.Second)}},
+		{"negative drift factor", masters, []Option{WithDrift(-0.01, 0)}},
+		{"drift factor 0.5", masters, []Option{WithDrift(0.5, 0)}},
+		{"drift factor NaN", masters, []Option{WithDrift(math.NaN(), 0)}},
+		{"negative drift constant", masters, []Option{WithDrift(0.01, -time.Millisecond)}},
+		{"negative retry attempts", masters, []Option{WithRetry(-1, 0, 0)}},
+		{"negative retry delay", masters, []Option{WithRetry(3, -time.Millisecond, 0)}},
+		{"negative retry jitter", masters, []Option{WithRetry(3, 0, -time.Millisecond)}},
+		{"nil fence minter", masters, []Option{WithFence(nil)}},
+		{"typed nil fence minter", masters, []Option{WithFence((*fence.RedisCounter)(nil))}},
+		{"nil logger", masters, []Option{WithLogger(nil)}},
+		{"nil option", masters, []Option{nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.masters, tt.opts...)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Nil(t, c)
+			assert.True(t, strings.HasPrefix(err.Error(), "redlock: "), err.Error())
+		})
+	}
+}
+
+// uncomparable is a Master of a type that == cannot compare; New must not
+// panic on it.
+type uncomparable struct {
+	*redis.Client
+	tags []string
+}
+
+func TestNewUncomparableMaster(t *testing.T) {
+	_, masters := miniMasters(t, 2)
+	a := uncomparable{masters[0].(*redis.Client), nil}
+	b := uncomparable{masters[1].(*redis.Client), nil}
+	c, err := New([]Master{a, b})
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Masters())
+}
+
+func TestLockRejectsBadInput(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+	tests := []struct {
+		name     string
+		resource string
+		ttl      time.Duration
+	}{
+		{"zero ttl", "a:1", 0},
+		{"negative ttl", "a:1", -time.Second},
+		{"sub-millisecond ttl", "a:1", time.Microsecond},
+		{"ttl equal to node timeout", "a:1", 100 * time.Millisecond},
+		{"ttl below node timeout", "a:1", 99 * time.Millisecond},
+		{"empty resource", "", time.Second},
+		{"newline", "a:1\nDEL x", time.Second},
+		{"NUL", "a:\x001", time.Second},
+		{"DEL character", "a:\x7f", time.Second},
+		{"invalid UTF-8", "a:\xff", time.Second},
+		{"too long", strings.Repeat("x", MaxResourceLen+1), time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for name, lock := range map[string]func(context.Context, string, time.Duration) (*Lock, error){
+				"TryLock": c.TryLock, "Lock": c.Lock,
+			} {
+				l, err := lock(context.Background(), tt.resource, tt.ttl)
+				assert.ErrorIs(t, err, ErrInvalidArgument, name)
+				assert.Nil(t, l, name)
+			}
+		})
+	}
+	l, err := c.TryLock(context.Background(), strings.Repeat("x", MaxResourceLen), time.Second)
+	require.NoError(t, err, "a resource of exactly MaxResourceLen bytes is valid")
+	assert.ErrorIs(t, l.Extend(context.Background(), 0), ErrInvalidArgument)
+	require.NoError(t, l.Unlock(context.Background()))
+}
+
+// TestWrongTypeKey: a lock key that holds a hash is a per-master error,
+// never a grant and never a panic.
+func TestWrongTypeKey(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters)
+	res := resourceName(t)
+	servers[0].HSet("lock:"+res, "field", "value")
+
+	l, err := c.TryLock(context.Background(), res, time.Minute)
+	require.NoError(t, err, "two healthy masters of three are a majority")
+	require.NoError(t, l.Unlock(context.Background()))
+
+	for _, s := range servers[1:] {
+		s.HSet("lock:"+res, "field", "value")
+	}
+	l, err = c.TryLock(context.Background(), res, time.Minute)
+	require.Error(t, err)
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrQuorumUnavailable)
+	var me *MasterError
+	require.ErrorAs(t, err, &me)
+	assert.Contains(t, me.Err.Error(), "WRONGTYPE")
+	assert.Equal(t, servers[0].Addr(), me.Addr)
+	assert.Equal(t, "hash", servers[0].Type("lock:"+res), "the foreign key must be left alone")
+}
+
+func TestUnlock(t *testing.T) {
+	ctx := context.Background()
+	t.Run("releases every master", func(t *testing.T) {
+		servers, masters := miniMasters(t, 5)
+		c := newTestClient(t, masters)
+		res := resourceName(t)
+		l, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		require.NoError(t, l.Unlock(ctx))
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res))
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+	})
+	t.Run("expired everywhere", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Second)
+		require.NoError(t, err)
+		for _, s := range servers {
+			s.FastForward(2 * time.Second)
+		}
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+	})
+	t.Run("held on a minority only", func(t *testing.T) {
+		servers, masters := miniMasters(t, 5)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		for _, s := range servers[:3] {
+			s.Del("lock:" + res)
+		}
+		err = l.Unlock(ctx)
+		assert.ErrorIs(t, err, ErrLockNotHeld)
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res), "the minority's keys are still released")
+		}
+	})
+	t.Run("another holder's key is kept", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		for _, s := range servers {
+			require.NoError(t, s.Set("lock:"+res, "new-holder"))
+		}
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+		for _, s := range servers {
+			v, _ := s.Get("lock:" + res)
+			assert.Equal(t, "new-holder", v)
+		}
+	})
+	t.Run("masters down: cannot tell", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[0].Close()
+		servers[1].Close()
+		err = l.Unlock(ctx)
+		assert.ErrorIs(t, err, ErrQuorumUnavailable)
+		var me *MasterError
+		require.ErrorAs(t, err, &me)
+		assert.Equal(t, "release", me.Op)
+	})
+	t.Run("one master down: still a majority", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[2].Close()
+		assert.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("cancelled context still releases", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, l.Unlock(cctx))
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res))
+		}
+	})
+}
+
+func TestExtend(t *testing.T) {
+	ctx := context.Background()
+	t.Run("moves the lease on every master", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Second)
+		require.NoError(t, err)
+		before := l.Until()
+		require.NoError(t, l.Extend(ctx, time.Minute))
+		assert.True(t, l.Until().After(before.Add(50*time.Second)))
+		for _, s := range servers {
+			// Extend returns at a majority; the last master may lag.
+			assert.Eventually(t, func() bool { return s.TTL("lock:"+res) == time.Minute }, time.Second, time.Millisecond)
+		}
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("majority lost", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		done := l.Done()
+		servers[0].Del("lock:" + res)
+		require.NoError(t, servers[1].Set("lock:"+res, "thief"))
+		err = l.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, ErrLockNotHeld)
+		assert.False(t, servers[0].Exists("lock:"+res), "Extend must not bring back a key")
+		assertClosed(t, done, "a failed Extend closes Done")
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld, "an ended lock stays ended")
+	})
+	t.Run("masters down", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[0].Close()
+		servers[1].Close()
+		err = l.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, ErrQuorumUnavailable)
+		var me *MasterError
+		require.ErrorAs(t, err, &me)
+		assert.Equal(t, "extend", me.Op)
+		assertClosed(t, l.Done(), "a failed Extend closes Done")
+	})
+	t.Run("refused after the lease ran out", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		// The keys live on (miniredis time stands still): only the local
+		// lease has passed, and that alone must stop a resurrection.
+		l, err := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond)).TryLock(ctx, res, 30*time.Millisecond)
+		require.NoError(t, err)
+		time.Sleep(time.Until(l.Until()) + time.Millisecond)
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+		assert.Equal(t, 30*time.Millisecond, servers[0].TTL("lock:"+res), "the TTL must be left as it was")
+		assertClosed(t, l.Done(), "Done is closed once the lease ran out")
+	})
+	t.Run("after Unlock", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+	})
+}
+
+func TestDone(t *testing.T) {
+	ctx := context.Background()
+	_, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond))
+	t.Run("closes when validity runs out", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), 80*time.Millisecond)
+		require.NoError(t, err)
+		done := l.Done()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed after the lease")
+		}
+		assert.False(t, time.Now().Before(l.Until()), "Done closed before Until")
+	})
+	t.Run("closes on Unlock", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		done := l.Done()
+		assertOpen(t, done)
+		require.NoError(t, l.Unlock(ctx))
+		assertClosed(t, done, "Unlock closes Done")
+		assertClosed(t, l.Done(), "Done after Unlock is closed")
+	})
+	t.Run("Extend keeps it open", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), 100*time.Millisecond)
+		require.NoError(t, err)
+		done := l.Done()
+		require.NoError(t, l.Extend(ctx, time.Minute))
+		time.Sleep(150 * time.Millisecond)
+		assertOpen(t, done)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func assertClosed(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	default:
+		t.Error(msg)
+	}
+}
+
+func assertOpen(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Error("Done is closed while the lock is held")
+	default:
+	}
+}
+
+func TestFence(t *testing.T) {
+	ctx := context.Background()
+	t.Run("none without WithFence", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		v, ok := l.Fence()
+		assert.False(t, ok)
+		assert.Zero(t, v)
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("strictly increasing from a Redis counter", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		counterSrv := miniredis.RunT(t)
+		counter, err := fence.NewRedisCounter(newClient(t, counterSrv.Addr()))
+		require.NoError(t, err)
+		c := newTestClient(t, masters, WithFence(counter))
+		res := resourceName(t)
+		var last uint64
+		for range 5 {
+			l, err := c.TryLock(ctx, res, time.Minute)
+			require.NoError(t, err)
+			v, ok := l.Fence()
+			require.True(t, ok)
+			assert.Greater(t, v, last)
+			last = v
+			require.NoError(t, l.Unlock(ctx))
+		}
+		got, err := counterSrv.Get("fence:" + res)
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(last), got)
+	})
+	t.Run("minted only after the quorum", func(t *testing.T) {
+		servers, masters := miniMasters(t, 5)
+		res := resourceName(t)
+		m := &countingMinter{}
+		var heldAtMint atomic.Int64
+		m.check = func() {
+			n := 0
+			for _, s := range servers {
+				if s.Exists("lock:" + res) {
+					n++
+				}
+			}
+			heldAtMint.Store(int64(n))
+		}
+		c := newTestClient(t, masters, WithFence(m))
+		l, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, heldAtMint.Load(), int64(3))
+		_, err = c.TryLock(ctx, res, time.Minute)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, int64(1), m.calls.Load(), "a lost attempt must not mint")
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("mint fails: released, never handed out", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		boom := errors.New("counter node down")
+		c := newTestClient(t, masters, WithFence(&countingMinter{err: boom}))
+		l, err := c.TryLock(ctx, res, time.Minute)
+		assert.Nil(t, l)
+		assert.ErrorIs(t, err, ErrFenceUnavailable)
+		assert.ErrorIs(t, err, boom)
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res), "the lock must be released when the fence fails")
+		}
+	})
+	t.Run("counter node down", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		counterSrv := miniredis.RunT(t)
+		counter, err := fence.NewRedisCounter(newClient(t, counterSrv.Addr()))
+		require.NoError(t, err)
+		counterSrv.Close()
+		res := resourceName(t)
+		l, err := newTestClient(t, masters, WithFence(counter)).TryLock(ctx, res, time.Minute)
+		assert.Nil(t, l)
+		assert.ErrorIs(t, err, ErrFenceUnavailable)
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res))
+		}
+	})
+	t.Run("mint outlasts the lease", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		m := &countingMinter{delay: time.Second}
+		c := newTestClient(t, masters, WithFence(m), WithNodeTimeout(10*time.Millisecond))
+		start := time.Now()
+		l, err := c.TryLock(ctx, res, 100*time.Millisecond)
+		assert.Nil(t, l)
+		assert.ErrorIs(t, err, ErrFenceUnavailable)
+		assert.Less(t, time.Since(start), 900*time.Millisecond, "the mint must be bounded by the lease")
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res))
+		}
+	})
+	t.Run("validity recomputed after the mint", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		m := &countingMinter{delay: 100 * time.Millisecond}
+		c := newTestClient(t, masters, WithFence(m))
+		ttl := time.Second
+		l, err := c.TryLock(ctx, resourceName(t), ttl)
+		require.NoError(t, err)
+		left := time.Until(l.Until())
+		assert.Less(t, left, ttl-100*time.Millisecond, "the mint's time is not given back")
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func TestLockRetries(t *testing.T) {
+	ctx := context.Background()
+	t.Run("wins once the holder lets go", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		c := newTestClient(t, masters, WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
+		res := resourceName(t)
+		first, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = first.Unlock(ctx)
+		}()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		second, err := c.Lock(cctx, res, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, second.Unlock(ctx))
+	})
+	t.Run("stops after the budget", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		for _, s := range servers {
+			require.NoError(t, s.Set("lock:"+res, "someone-else"))
+		}
+		var attempts atomic.Int64
+		counted := make([]Master, len(masters))
+		for i, m := range masters {
+			counted[i] = countingMaster{m.(*redis.Client), &attempts}
+		}
+		c := newTestClient(t, counted, WithRetry(4, time.Millisecond, time.Millisecond))
+		l, err := c.Lock(ctx, res, time.Minute)
+		assert.Nil(t, l)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, int64(4*3), attempts.Load(), "4 attempts on 3 masters")
+	})
+	t.Run("stops when the context ends", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		for _, s := range servers {
+			require.NoError(t, s.Set("lock:"+res, "someone-else"))
+		}
+		c := newTestClient(t, masters, WithRetry(0, 10*time.Millisecond, 0))
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		l, err := c.Lock(cctx, res, time.Minute)
+		assert.Nil(t, l)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+	t.Run("cancelled before the first attempt", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		c := newTestClient(t, masters)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		for _, lock := range []func(context.Context, string, time.Duration) (*Lock, error){c.Lock, c.TryLock} {
+			l, err := lock(cctx, resourceName(t), time.Minute)
+			assert.Nil(t, l)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.ErrorIs(t, err, ErrNotAcquired)
+		}
+	})
+}
+
+// countingMaster counts the acquiring SETs sent to a master.
+type countingMaster struct {
+	*redis.Client
+	sets *atomic.Int64
+}
+
+func (m countingMaster) Process(ctx context.Context, cmd redis.Cmder) error {
+	if cmd.Name() == "set" {
+		m.sets.Add(1)
+	}
+	return m.Client.Process(ctx, cmd)
+}
+
+// TestMutualExclusion: many goroutines share one client and fight for one
+// resource; never are two inside the critical section at once.
+func TestMutualExclusion(t *testing.T) {
+	_, masters := miniMasters(t, 5)
+	// A generous node timeout: 16 goroutines on five in-process servers under
+	// the race detector are slow, and a timed-out Unlock is not what this tests.
+	c := newTestClient(t, masters, WithRetry(0, time.Millisecond, 2*time.Millisecond), WithNodeTimeout(time.Second))
+	res := resourceName(t)
+	var inside, entries atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				l, err := c.Lock(ctx, res, time.Minute)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				entries.Add(1)
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				assert.NoError(t, l.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(160), entries.Load())
+}
+
+// TestConcurrentUnlockExtend races Unlock against Extend on one lock: the
+// race detector watches, and the lock ends released either way.
+func TestConcurrentUnlockExtend(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters)
+	ctx := context.Background()
+	for range 50 {
+		res := resourceName(t)
+		l, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var unlocked atomic.Int64
+		for range 4 {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				err := l.Extend(ctx, time.Minute)
+				if err != nil {
+					assert.ErrorIs(t, err, ErrLockNotHeld)
+				}
+				_ = l.Until()
+				_ = l.Done()
+			}()
+			go func() {
+				defer wg.Done()
+				if l.Unlock(ctx) == nil {
+					unlocked.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, int64(1), unlocked.Load(), "exactly one Unlock succeeds")
+		assertClosed(t, l.Done(), "Done closed after Unlock")
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res))
+		}
+	}
+}
+
+func TestLogger(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	var buf syncBuffer
+	c := newTestClient(t, masters, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))), WithRetry(2, time.Millisecond, 0))
+	res := resourceName(t)
+	for _, s := range servers {
+		require.NoError(t, s.Set("lock:"+res, "x"))
+	}
+	_, err := c.Lock(context.Background(), res, time.Minute)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	assert.Contains(t, buf.String(), "redlock: retrying")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
