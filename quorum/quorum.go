@@ -36,28 +36,33 @@ type Round struct {
 	// TimedOut is true when the round ended because its timeout passed.
 	TimedOut bool
 
-	answers  []Answer
-	errs     []error
-	deadline time.Time // start + timeout
+	nodes    []node
+	deadline time.Time   // start + timeout
+	timer    *time.Timer // Do's, reused by Undo
 
 	mu       sync.Mutex
-	decided  bool   // the round has ended; later results are not counted
-	returned []bool // the node's call has returned (also after the round ended)
+	decided  bool // the round has ended; later results are not counted
 	undo     func(node int)
 	started  int           // undos started
 	finished chan struct{} // one send per finished undo
 	undoing  sync.WaitGroup
 }
 
+type node struct {
+	answer   Answer
+	err      error
+	returned bool // the call has returned, also after the round ended; guarded by mu
+}
+
 // Answer reports what node said.
-func (r *Round) Answer(node int) Answer { return r.answers[node] }
+func (r *Round) Answer(node int) Answer { return r.nodes[node].answer }
 
 // Err returns node's error: the call's own for a Failed node; for a Pending
 // node, [ErrTimeout] if the round timed out or the context's error if the
 // context ended it. It is nil for a node that agreed or refused, and for a
 // Pending node that was not waited for because the outcome was already
 // known.
-func (r *Round) Err(node int) error { return r.errs[node] }
+func (r *Round) Err(node int) error { return r.nodes[node].err }
 
 // Unanswered counts the nodes that failed or did not answer in time (or
 // before the context ended): the nodes known to be unavailable.
@@ -70,16 +75,16 @@ func (r *Round) Unanswered() int {
 }
 
 func (r *Round) ctxEnded() bool {
-	for i, a := range r.answers {
-		if a == Pending {
-			return r.errs[i] != nil && r.errs[i] != ErrTimeout
+	for _, n := range r.nodes {
+		if n.answer == Pending {
+			return n.err != nil && n.err != ErrTimeout
 		}
 	}
 	return false
 }
 
 // Nodes is the number of nodes in the round.
-func (r *Round) Nodes() int { return len(r.answers) }
+func (r *Round) Nodes() int { return len(r.nodes) }
 
 // Do runs call on nodes 0..n-1 concurrently and returns when one of these
 // holds: need nodes agreed; so many refused or failed that need can no
@@ -91,12 +96,7 @@ func (r *Round) Nodes() int { return len(r.answers) }
 // through the context, so it holds even for clients that ignore deadlines.
 func Do(ctx context.Context, n, need int, timeout time.Duration, call Call) *Round {
 	waitAll := need <= 0 || need > n
-	r := &Round{
-		answers:  make([]Answer, n),
-		errs:     make([]error, n),
-		returned: make([]bool, n),
-		deadline: time.Now().Add(timeout),
-	}
+	r := &Round{nodes: make([]node, n), deadline: time.Now().Add(timeout)}
 	if n == 0 {
 		return r
 	}
@@ -105,8 +105,8 @@ func Do(ctx context.Context, n, need int, timeout time.Duration, call Call) *Rou
 		go r.run(ctx, i, call, results)
 	}
 
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	r.timer = time.NewTimer(timeout)
+	defer r.timer.Stop()
 	var ctxErr error
 	answered := 0
 wait:
@@ -118,7 +118,7 @@ wait:
 			if !waitAll && (r.Agreed >= need || r.Refused+r.Failed > n-need) {
 				break wait
 			}
-		case <-timer.C:
+		case <-r.timer.C:
 			r.TimedOut = true
 			break wait
 		case <-ctx.Done():
@@ -134,16 +134,17 @@ wait:
 		r.record(<-results)
 	}
 	r.mu.Unlock()
-	for i, a := range r.answers {
-		if a != Pending {
+	for i := range r.nodes {
+		n := &r.nodes[i]
+		if n.answer != Pending {
 			continue
 		}
 		r.Pending++
 		switch {
 		case ctxErr != nil:
-			r.errs[i] = ctxErr
+			n.err = ctxErr
 		case r.TimedOut:
-			r.errs[i] = ErrTimeout
+			n.err = ErrTimeout
 		}
 	}
 	return r
@@ -156,15 +157,16 @@ type result struct {
 }
 
 func (r *Round) record(res result) {
+	n := &r.nodes[res.node]
 	switch {
 	case res.err != nil:
-		r.answers[res.node], r.errs[res.node] = Failed, res.err
+		n.answer, n.err = Failed, res.err
 		r.Failed++
 	case res.agreed:
-		r.answers[res.node] = Agreed
+		n.answer = Agreed
 		r.Agreed++
 	default:
-		r.answers[res.node] = Refused
+		n.answer = Refused
 		r.Refused++
 	}
 }
@@ -172,7 +174,7 @@ func (r *Round) record(res result) {
 func (r *Round) run(ctx context.Context, node int, call Call, results chan<- result) {
 	agreed, err := call(ctx, node)
 	r.mu.Lock()
-	r.returned[node] = true
+	r.nodes[node].returned = true
 	undo := r.undo
 	if !r.decided {
 		results <- result{node, agreed, err} // buffered: never blocks
@@ -206,7 +208,7 @@ func (r *Round) runUndo(undo func(int), node int) {
 // undo is not given a context: it should bound itself, and it should not use
 // a context that the caller may already have cancelled.
 func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
-	n := len(r.answers)
+	n := len(r.nodes)
 	if n == 0 {
 		return
 	}
@@ -214,47 +216,46 @@ func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
 	r.undo = undo
 	r.finished = make(chan struct{}, n)
 	r.undoing.Add(n)
-	var now []int
-	for i := 0; i < n; i++ {
-		if r.returned[i] {
-			now = append(now, i)
+	late := 0
+	for i := range r.nodes {
+		if r.nodes[i].returned {
+			go r.runUndo(undo, i)
+		} else {
+			late++
 		}
 	}
-	r.started += len(now)
+	r.started += n - late
 	r.mu.Unlock()
-	for _, i := range now {
-		go r.runUndo(undo, i)
-	}
 
 	finished := 0
 	// Until the round's deadline, calls still running may return and start
 	// their undo: they count as responsive.
-	if wait := time.Until(r.deadline); wait > 0 && len(now) < n {
-		cutoff := time.NewTimer(wait)
+	if wait := time.Until(r.deadline); wait > 0 && late > 0 {
+		r.timer.Reset(wait)
 	responsive:
 		for finished < n {
 			select {
 			case <-r.finished:
 				finished++
-			case <-cutoff.C:
+			case <-r.timer.C:
 				break responsive
 			}
 		}
-		cutoff.Stop()
 	}
 	r.mu.Lock()
 	started := r.started
 	r.mu.Unlock()
 	if finished >= started {
+		r.timer.Stop()
 		return
 	}
-	limit := time.NewTimer(timeout)
-	defer limit.Stop()
+	r.timer.Reset(timeout)
+	defer r.timer.Stop()
 	for finished < started {
 		select {
 		case <-r.finished:
 			finished++
-		case <-limit.C:
+		case <-r.timer.C:
 			return
 		}
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // Master is the part of a Redis client that the lock needs: running a
-// command of its own (SET ... NX PX ... GET) and running scripts.
+// command of its own (SET ... PX ... NX) and running scripts.
 // *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it. Each master
 // must be an independent Redis server: two clients of one server, or of a
 // primary and its replica, would count one failure domain twice.
@@ -213,26 +213,25 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 	ttl = ttl.Truncate(time.Millisecond)
 	l := newLock(c, resource, newToken())
 	// One argument list serves every master: go-redis only reads it.
-	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx", "get"}
+	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
 
 	start := time.Now()
 	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
-		cmd := redis.NewStringCmd(ctx, args...)
-		err := c.masters[i].Process(ctx, cmd)
+		err := c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
 		switch {
-		case err == redis.Nil: // the key was absent and is now ours
+		case err == nil: // OK: the key was absent and is now ours
 			return true, nil
-		case err != nil:
-			return false, err
+		case err == redis.Nil: // held by another token, or a key of another type
+			return false, nil
 		}
-		return false, nil // held by another token
+		return false, err
 	})
 	l.round = round
 	deadline := start.Add(ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant))
 
 	if round.Agreed < c.quorum {
-		c.abandon(ctx, round, l)
-		return nil, c.roundError(ctx, round, "acquire")
+		released := c.abandon(ctx, round, l)
+		return nil, c.roundError(ctx, round, released)
 	}
 	if !time.Now().Before(deadline) {
 		c.abandon(ctx, round, l)
@@ -260,42 +259,61 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 // abandon releases the key of a failed attempt on every master, with a
 // context that the caller's cancellation does not reach: a master whose SET
 // is still in flight gets its release after that SET returns.
-func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) {
-	detached := context.WithoutCancel(ctx)
-	round.Undo(c.cfg.nodeTimeout, func(i int) {
-		if _, err := l.release(detached, i); err != nil {
+func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) []release {
+	released := l.releaseAll(ctx, round)
+	for i := range released {
+		if err := released[i].err(); err != nil && !isWrongType(err) {
 			c.cfg.logger.Warn("redlock: release after a failed attempt", "master", c.addrs[i], "resource", l.resource, "err", err)
 		}
-	})
+	}
+	return released
+}
+
+// isWrongType reports a key of another type than string under the lock's
+// name. SET NX cannot tell it from a key held by another client; the
+// compare-and-delete that follows every lost attempt can.
+func isWrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
 }
 
 // roundError builds the error of a lost round: ErrNotAcquired when others
 // held the lock (or ctx ended the round), ErrQuorumUnavailable when failures
-// alone put a majority out of reach; joined with every master's error.
-func (c *Client) roundError(ctx context.Context, round *quorum.Round, op string) error {
-	kind := ErrNotAcquired
-	if op != "acquire" {
-		kind = ErrLockNotHeld
-	}
-	ctxErr := ctx.Err()
-	unanswered := round.Unanswered()
-	if ctxErr == nil && unanswered > len(c.masters)-c.quorum {
-		kind = ErrQuorumUnavailable
-	}
-	if unanswered == 0 && ctxErr == nil {
-		return kind
-	}
-	errs := make([]error, 0, 2+unanswered)
-	errs = append(errs, kind)
+// alone put a majority out of reach; joined with every master's error. A
+// master that refused because its key has another type (found by the
+// release that followed) counts as failed.
+func (c *Client) roundError(ctx context.Context, round *quorum.Round, released []release) error {
+	var errs []error
 	for i := range c.masters {
-		if err := round.Err(i); err != nil {
-			errs = append(errs, &MasterError{Addr: c.addrs[i], Op: op, Err: err})
+		err := round.Err(i)
+		if err == nil && round.Answer(i) == quorum.Refused && isWrongType(released[i].err()) {
+			err = fmt.Errorf("lock key holds another type: %w", released[i].err())
+		}
+		if err != nil {
+			errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "acquire", Err: err})
 		}
 	}
-	if ctxErr != nil {
-		errs = append(errs, ctxErr)
+	return c.classify(ctx, round, len(errs), ErrNotAcquired, errs)
+}
+
+// classify joins the sentinel of a lost round with the per-master errors:
+// ErrQuorumUnavailable when the failed masters alone make a majority
+// impossible, otherwise lost (ErrNotAcquired or ErrLockNotHeld); ctx.Err()
+// joined in when the context ended the round.
+func (c *Client) classify(ctx context.Context, round *quorum.Round, failed int, lost error, errs []error) error {
+	kind := lost
+	ctxErr := ctx.Err()
+	if ctxErr == nil && failed > len(c.masters)-c.quorum {
+		kind = ErrQuorumUnavailable
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 && ctxErr == nil {
+		return kind
+	}
+	all := make([]error, 0, len(errs)+2)
+	all = append(append(all, kind), errs...)
+	if ctxErr != nil {
+		all = append(all, ctxErr)
+	}
+	return errors.Join(all...)
 }
 
 // newToken returns 128 random bits in hex.

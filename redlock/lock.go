@@ -26,6 +26,7 @@ type Lock struct {
 	key      string
 	keys     []string // {key}, for the scripts
 	token    string
+	args     []any // {token}, for the release script
 	fence    uint64
 	fenced   bool
 	round    *quorum.Round // the acquiring round; releases wait for its calls
@@ -42,7 +43,7 @@ type Lock struct {
 
 func newLock(c *Client, resource, token string) *Lock {
 	key := "lock:" + resource
-	return &Lock{c: c, resource: resource, key: key, keys: []string{key}, token: token}
+	return &Lock{c: c, resource: resource, key: key, keys: []string{key}, token: token, args: []any{token}}
 }
 
 // Resource is the name the lock was taken on.
@@ -128,55 +129,81 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.endLocked()
 	l.mu.Unlock()
 
-	n := len(l.c.masters)
-	// Per master: 1 deleted, 2 not ours, 3 failed; 0 still running.
-	outcome := make([]atomic.Int32, n)
-	errs := make([]error, n)
-	detached := context.WithoutCancel(ctx)
-	l.round.Undo(l.c.cfg.nodeTimeout, func(i int) {
-		held, err := l.release(detached, i)
-		switch {
-		case err != nil:
-			errs[i] = err
-			outcome[i].Store(3)
-		case held:
-			outcome[i].Store(1)
-		default:
-			outcome[i].Store(2)
-		}
-	})
-
+	released := l.releaseAll(ctx, l.round)
 	var held, failed int
-	var joined []error
-	for i := range outcome {
-		switch outcome[i].Load() {
-		case 1:
+	var errs []error
+	for i := range released {
+		switch released[i].state.Load() {
+		case releasedHeld:
 			held++
-		case 2:
-		case 3:
+		case releasedNotOurs:
+		case releaseFailed:
 			failed++
-			joined = append(joined, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: errs[i]})
+			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: released[i].err()})
 		default:
 			failed++
-			joined = append(joined, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: quorum.ErrTimeout})
+			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: quorum.ErrTimeout})
 		}
 	}
 	switch {
 	case held >= l.c.quorum:
 		if failed > 0 {
-			l.c.cfg.logger.Warn("redlock: unlock left keys to expire", "resource", l.resource, "err", errors.Join(joined...))
+			l.c.cfg.logger.Warn("redlock: unlock left keys to expire", "resource", l.resource, "err", errors.Join(errs...))
 		}
 		return nil
 	case held+failed >= l.c.quorum:
-		return errors.Join(append([]error{ErrQuorumUnavailable}, joined...)...)
+		return errors.Join(append([]error{ErrQuorumUnavailable}, errs...)...)
 	}
-	return errors.Join(append([]error{ErrLockNotHeld}, joined...)...)
+	return errors.Join(append([]error{ErrLockNotHeld}, errs...)...)
+}
+
+// release is what the compare-and-delete did on one master. state is set
+// last, so a reader that sees it set also sees e.
+type release struct {
+	state atomic.Int32
+	e     error
+}
+
+const (
+	releasePending  = iota // still running, or not waited for
+	releasedHeld           // our token was there and is gone
+	releasedNotOurs        // the key was gone or held another token
+	releaseFailed
+)
+
+func (r *release) err() error {
+	if r.state.Load() == releaseFailed {
+		return r.e
+	}
+	return nil
+}
+
+// releaseAll runs the compare-and-delete on every master of round, each
+// after its acquiring call returned, with a context the caller's
+// cancellation does not reach; it waits for the masters that answered the
+// acquiring round in time, each bounded by the node timeout.
+func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round) []release {
+	out := make([]release, len(l.c.masters))
+	detached := context.WithoutCancel(ctx)
+	round.Undo(l.c.cfg.nodeTimeout, func(i int) {
+		held, err := l.release(detached, i)
+		switch {
+		case err != nil:
+			out[i].e = err
+			out[i].state.Store(releaseFailed)
+		case held:
+			out[i].state.Store(releasedHeld)
+		default:
+			out[i].state.Store(releasedNotOurs)
+		}
+	})
+	return out
 }
 
 // release runs the compare-and-delete on master i and reports whether our
 // token was there.
 func (l *Lock) release(ctx context.Context, i int) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, l.token).Int64()
+	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, l.args...).Int64()
 	return n == 1, err
 }
 
@@ -213,7 +240,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	deadline := start.Add(ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant))
 	if round.Agreed < c.quorum {
 		l.lose()
-		return c.roundError(ctx, round, "extend")
+		var errs []error
+		for i := range c.masters {
+			if err := round.Err(i); err != nil {
+				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "extend", Err: err})
+			}
+		}
+		return c.classify(ctx, round, round.Unanswered(), ErrLockNotHeld, errs)
 	}
 	if !time.Now().Before(deadline) {
 		l.lose()

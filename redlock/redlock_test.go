@@ -26,13 +26,19 @@ import (
 // majority; a lost attempt leaves none of our keys behind.
 func TestQuorumMatrix(t *testing.T) {
 	for _, n := range []int{1, 3, 5, 7} {
-		servers, masters := miniMasters(t, n)
-		c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+		servers, _ := miniMasters(t, n)
 		need := n/2 + 1
-		require.Equal(t, need, c.Quorum())
 		for held := 0; held <= n; held++ {
 			for down := 0; held+down <= n; down++ {
 				t.Run(fmt.Sprintf("masters=%d/held=%d/down=%d", n, held, down), func(t *testing.T) {
+					// Fresh clients: go-redis stops dialling a server for a
+					// while after it was down, and that is not under test.
+					masters := make([]Master, n)
+					for i, s := range servers {
+						masters[i] = newClient(t, s.Addr())
+					}
+					c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+					require.Equal(t, need, c.Quorum())
 					res := resourceName(t)
 					for i := 0; i < held; i++ {
 						require.NoError(t, servers[i].Set("lock:"+res, "someone-else"))
