@@ -1,0 +1,115 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lateMaster delays the acquiring SET before it reaches the server, ignoring
+// the caller's context as go-redis does by default, and records when the
+// SET returned and when the first script (the release) was sent.
+type lateMaster struct {
+	*redis.Client
+	delay       time.Duration
+	setReturned atomic.Int64 // unix ns
+	releaseSent atomic.Int64
+}
+
+func (m *lateMaster) Process(ctx context.Context, cmd redis.Cmder) error {
+	if cmd.Name() != "set" {
+		return m.Client.Process(ctx, cmd)
+	}
+	time.Sleep(m.delay)
+	err := m.Client.Process(context.WithoutCancel(ctx), cmd)
+	m.setReturned.Store(time.Now().UnixNano())
+	return err
+}
+
+func (m *lateMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	m.releaseSent.CompareAndSwap(0, time.Now().UnixNano())
+	return m.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (m *lateMaster) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	m.releaseSent.CompareAndSwap(0, time.Now().UnixNano())
+	return m.Client.Eval(ctx, script, keys, args...)
+}
+
+// TestCleanupWaitsForInFlightSet: a lost attempt releases a master whose
+// SET was still in flight only after that SET returned, so the release
+// cannot overtake it and leave our key behind; also when the caller's
+// context was cancelled.
+func TestCleanupWaitsForInFlightSet(t *testing.T) {
+	for _, cancelled := range []bool{false, true} {
+		name := "lost"
+		if cancelled {
+			name = "cancelled"
+		}
+		t.Run(name, func(t *testing.T) {
+			servers, masters := miniMasters(t, 3)
+			res := resourceName(t)
+			late := &lateMaster{Client: masters[2].(*redis.Client), delay: 300 * time.Millisecond}
+			masters[2] = late
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if cancelled {
+				// Two late masters, so only the cancellation can end the attempt.
+				masters[1] = &lateMaster{Client: masters[1].(*redis.Client), delay: 300 * time.Millisecond}
+				time.AfterFunc(20*time.Millisecond, cancel)
+			} else {
+				for _, s := range servers[:2] {
+					require.NoError(t, s.Set("lock:"+res, "someone-else"))
+				}
+			}
+			c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+
+			l, err := c.TryLock(ctx, res, time.Minute)
+			require.Error(t, err)
+			assert.Nil(t, l)
+			assert.ErrorIs(t, err, ErrNotAcquired)
+			if cancelled {
+				assert.ErrorIs(t, err, context.Canceled)
+				assert.False(t, servers[0].Exists("lock:"+res), "a responsive master keeps our key")
+			}
+
+			require.Eventually(t, func() bool { return late.releaseSent.Load() != 0 }, 5*time.Second, time.Millisecond,
+				"the late master was never released")
+			assert.GreaterOrEqual(t, late.releaseSent.Load(), late.setReturned.Load(), "the release overtook the SET")
+			assert.NotZero(t, late.setReturned.Load())
+			assert.Eventually(t, func() bool { return !servers[2].Exists("lock:" + res) }, 5*time.Second, time.Millisecond,
+				"the late SET's key is left behind")
+			if cancelled {
+				assert.Eventually(t, func() bool { return !servers[1].Exists("lock:" + res) }, 5*time.Second, time.Millisecond,
+					"the late SET's key is left behind")
+			}
+			if !cancelled {
+				for _, s := range servers[:2] {
+					v, _ := s.Get("lock:" + res)
+					assert.Equal(t, "someone-else", v)
+				}
+			}
+		})
+	}
+}
+
+// TestResponsiveSlowMasterReleasedBeforeReturn: a master that answers after
+// the outcome was known but within the node timeout is responsive; its key
+// is gone when TryLock returns.
+func TestResponsiveSlowMasterReleasedBeforeReturn(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	res := resourceName(t)
+	masters[2] = &lateMaster{Client: masters[2].(*redis.Client), delay: 50 * time.Millisecond}
+	for _, s := range servers[:2] {
+		require.NoError(t, s.Set("lock:"+res, "someone-else"))
+	}
+	c := newTestClient(t, masters, WithNodeTimeout(time.Second))
+	_, err := c.TryLock(context.Background(), res, time.Minute)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	assert.False(t, servers[2].Exists("lock:"+res), "TryLock returned before releasing a responsive master")
+}

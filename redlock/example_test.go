@@ -1,0 +1,120 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/fence"
+	"quorumlock.dev/redlock"
+)
+
+// masters starts n in-process Redis servers for the examples; in production
+// these are the clients of independent Redis masters.
+func masters(n int) ([]redlock.Master, func()) {
+	var ms []redlock.Master
+	var stops []func()
+	for range n {
+		srv, err := miniredis.Run()
+		if err != nil {
+			log.Fatal(err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		ms = append(ms, c)
+		stops = append(stops, func() { _ = c.Close(); srv.Close() })
+	}
+	return ms, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+func ExampleClient_Lock() {
+	ms, stop := masters(5)
+	defer stop()
+	client, err := redlock.New(ms)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lock, err := client.Lock(ctx, "report:nightly", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Unlock(ctx)
+
+	select {
+	case <-lock.Done():
+		fmt.Println("lease lost: stop the work")
+	default:
+		fmt.Println("holding", lock.Resource(), "on a majority of", client.Masters(), "masters")
+	}
+	// Output: holding report:nightly on a majority of 5 masters
+}
+
+func ExampleClient_TryLock() {
+	ms, stop := masters(3)
+	defer stop()
+	client, err := redlock.New(ms)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	first, err := client.TryLock(ctx, "cache:refresh:home", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = client.TryLock(ctx, "cache:refresh:home", 10*time.Second)
+	fmt.Println("second refresher:", errors.Is(err, redlock.ErrNotAcquired))
+
+	if err := first.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	err = first.Unlock(ctx)
+	fmt.Println("unlock twice:", errors.Is(err, redlock.ErrLockNotHeld))
+	// Output:
+	// second refresher: true
+	// unlock twice: true
+}
+
+func ExampleWithFence() {
+	ms, stop := masters(3)
+	defer stop()
+	// The counter lives on its own node, not on one of the masters.
+	counterNode, stopCounter := masters(1)
+	defer stopCounter()
+	counter, err := fence.NewRedisCounter(counterNode[0].(*redis.Client))
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, err := redlock.New(ms, redlock.WithFence(counter))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	for range 3 {
+		lock, err := client.TryLock(ctx, "alloc:WH-01", 30*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		token, _ := lock.Fence()
+		// Pass token to the storage with the write; it rejects any write
+		// whose token is older than the newest it has seen.
+		fmt.Println("fence", token)
+		_ = lock.Unlock(ctx)
+	}
+	// Output:
+	// fence 1
+	// fence 2
+	// fence 3
+}
