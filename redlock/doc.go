@@ -57,6 +57,6 @@
 // resources named <domain>:<id> (lock:alloc:WH-01, fence:alloc:WH-01). A
 // resource is 1 to [MaxResourceLen] bytes of UTF-8 without control
 // characters. Braces are Redis Cluster hash tags: use them only on purpose.
-// Masters need Redis 7.0 or newer (SET with NX and GET together), and keys
-// of other types under lock:* are reported as per-master errors.
+// A key of another type under lock:<resource> is reported as a per-master
+// error, not as a lock held by someone else.
 package redlock
