@@ -40,18 +40,25 @@ type Round struct {
 	deadline time.Time   // start + timeout
 	timer    *time.Timer // Do's, reused by Undo
 
-	mu       sync.Mutex
-	decided  bool // the round has ended; later results are not counted
-	undo     func(node int)
-	started  int           // undos started
-	finished chan struct{} // one send per finished undo
-	undoing  sync.WaitGroup
+	mu        sync.Mutex
+	decided   bool // the round has ended; later results are not counted
+	returnedN int  // calls that have returned
+	undo      func(node int)
+	cutoff    bool      // Undo no longer waits for undos that start from now on
+	waited    int       // undos started before the cutoff
+	waitedEnd int       // ... and finished
+	lastStart time.Time // when the last of them started
+	changed   chan struct{}
+	undoing   sync.WaitGroup
 }
 
+// node is one node's part of a Round. answer and err are written by Do
+// alone; returned is written under mu by the call's goroutine, even after
+// Do returned, so code outside mu must not copy a whole node.
 type node struct {
 	answer   Answer
 	err      error
-	returned bool // the call has returned, also after the round ended; guarded by mu
+	returned bool
 }
 
 // Answer reports what node said.
@@ -75,8 +82,8 @@ func (r *Round) Unanswered() int {
 }
 
 func (r *Round) ctxEnded() bool {
-	for _, n := range r.nodes {
-		if n.answer == Pending {
+	for i := range r.nodes {
+		if n := &r.nodes[i]; n.answer == Pending {
 			return n.err != nil && n.err != ErrTimeout
 		}
 	}
@@ -175,23 +182,41 @@ func (r *Round) run(ctx context.Context, node int, call Call, results chan<- res
 	agreed, err := call(ctx, node)
 	r.mu.Lock()
 	r.nodes[node].returned = true
-	undo := r.undo
+	r.returnedN++
 	if !r.decided {
 		results <- result{node, agreed, err} // buffered: never blocks
 	}
-	if undo != nil {
-		r.started++
+	undo, waited := r.undo, false
+	if undo != nil && !r.cutoff {
+		waited = true
+		r.waited++
+		r.lastStart = time.Now()
 	}
 	r.mu.Unlock()
 	if undo != nil {
-		r.runUndo(undo, node)
+		r.signal()
+		r.runUndo(undo, node, waited)
 	}
 }
 
-func (r *Round) runUndo(undo func(int), node int) {
+func (r *Round) runUndo(undo func(int), node int, waited bool) {
 	defer r.undoing.Done()
 	undo(node)
-	r.finished <- struct{}{} // buffered for every node: never blocks
+	if waited {
+		r.mu.Lock()
+		r.waitedEnd++
+		r.mu.Unlock()
+		r.signal()
+	}
+}
+
+// signal wakes Undo to look at the round again. The channel holds one
+// wake-up; Undo rereads everything on each, so none is lost.
+func (r *Round) signal() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Undo runs undo(node) for every node of the round, each only after that
@@ -199,11 +224,12 @@ func (r *Round) runUndo(undo func(int), node int) {
 // calls still running, as soon as each returns. It must be called at most
 // once, after Do returned.
 //
-// Undo waits for the undos of the nodes that were responsive: those whose
-// call returned by the round's deadline (the start of Do plus its timeout),
-// giving each undo up to timeout to finish. It does not wait for calls that
-// outlive the round's deadline; their undos run in the background when the
-// calls return. [Round.WaitUndone] waits for every undo.
+// Undo waits for the undos of the responsive nodes: those whose call
+// returned by the round's deadline (the start of Do plus its timeout). It
+// returns once every call has returned or the deadline has passed, and
+// every undo started by then has finished or has had timeout to do so.
+// Undos of calls that outlive the deadline run in the background;
+// [Round.WaitUndone] waits for every undo.
 //
 // undo is not given a context: it should bound itself, and it should not use
 // a context that the caller may already have cancelled.
@@ -214,50 +240,40 @@ func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
 	}
 	r.mu.Lock()
 	r.undo = undo
-	r.finished = make(chan struct{}, n)
+	r.changed = make(chan struct{}, 1)
 	r.undoing.Add(n)
-	late := 0
+	r.lastStart = time.Now()
 	for i := range r.nodes {
 		if r.nodes[i].returned {
-			go r.runUndo(undo, i)
-		} else {
-			late++
+			r.waited++
+			go r.runUndo(undo, i, true)
 		}
 	}
-	r.started += n - late
 	r.mu.Unlock()
 
-	finished := 0
-	// Until the round's deadline, calls still running may return and start
-	// their undo: they count as responsive.
-	if wait := time.Until(r.deadline); wait > 0 && late > 0 {
-		r.timer.Reset(wait)
-	responsive:
-		for finished < n {
-			select {
-			case <-r.finished:
-				finished++
-			case <-r.timer.C:
-				break responsive
-			}
+	for {
+		now := time.Now()
+		r.mu.Lock()
+		if !r.cutoff && (r.returnedN == n || !now.Before(r.deadline)) {
+			r.cutoff = true
 		}
-	}
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if finished >= started {
-		r.timer.Stop()
-		return
-	}
-	r.timer.Reset(timeout)
-	defer r.timer.Stop()
-	for finished < started {
-		select {
-		case <-r.finished:
-			finished++
-		case <-r.timer.C:
+		cutoff, settled, limit := r.cutoff, r.waitedEnd == r.waited, r.lastStart.Add(timeout)
+		r.mu.Unlock()
+		var next time.Time
+		switch {
+		case !cutoff: // calls that return before the deadline are responsive
+			next = r.deadline
+		case settled || !now.Before(limit):
 			return
+		default:
+			next = limit
 		}
+		r.timer.Reset(next.Sub(now))
+		select {
+		case <-r.changed:
+		case <-r.timer.C:
+		}
+		r.timer.Stop()
 	}
 }
 

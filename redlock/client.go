@@ -285,7 +285,7 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, released [
 	var errs []error
 	for i := range c.masters {
 		err := round.Err(i)
-		if err == nil && round.Answer(i) == quorum.Refused && isWrongType(released[i].err()) {
+		if err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()) {
 			err = fmt.Errorf("lock key holds another type: %w", released[i].err())
 		}
 		if err != nil {

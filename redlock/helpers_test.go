@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -91,4 +92,19 @@ func settle(t testing.TB, servers []*miniredis.Miniredis, resource string, l *Lo
 	t.Helper()
 	require.Eventually(t, func() bool { return holders(t, servers, resource, l.Token()) == len(servers) },
 		time.Second, time.Millisecond, "not every master took the key")
+}
+
+// masterErrors lists the per-master errors joined into err.
+func masterErrors(err error) []*MasterError {
+	var out []*MasterError
+	var me *MasterError
+	if errors.As(err, &me) && err == error(me) {
+		return []*MasterError{me}
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			out = append(out, masterErrors(e)...)
+		}
+	}
+	return out
 }
