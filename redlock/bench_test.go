@@ -49,11 +49,13 @@ func (l latencies) report(b *testing.B, prefix string) {
 }
 
 // BenchmarkLockUnlock: one goroutine, TryLock then Unlock, on 1, 3, 5 and 7
-// masters.
+// masters; beside each, the raw go-redis quorum loop (rawCycle) on the same
+// servers, so that -count runs alternate the two and machine drift hits
+// both.
 func BenchmarkLockUnlock(b *testing.B) {
 	servers := redistest.StartN(b, 7, redisserver.Options{})
 	for _, n := range []int{1, 3, 5, 7} {
-		b.Run(fmt.Sprintf("masters=%d", n), func(b *testing.B) {
+		b.Run(fmt.Sprintf("masters=%d/impl=quorumlock", n), func(b *testing.B) {
 			c := newTestClient(b, benchMasters(b, servers, n))
 			ctx := context.Background()
 			res := fmt.Sprintf("bench:%d", n)
@@ -72,6 +74,9 @@ func BenchmarkLockUnlock(b *testing.B) {
 			}
 			b.StopTimer()
 			acquire.report(b, "acquire-")
+		})
+		b.Run(fmt.Sprintf("masters=%d/impl=raw", n), func(b *testing.B) {
+			rawCycle(b, servers[:n])
 		})
 	}
 }
@@ -110,57 +115,53 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 	}
 }
 
-// BenchmarkRawQuorum is the baseline: the least a Redlock client must do
-// with go-redis. SET NX PX on every master in parallel, return at a
-// majority; release with the compare-and-delete script on every master,
-// waiting for all. No validity, no cleanup of late SETs, no error detail.
-func BenchmarkRawQuorum(b *testing.B) {
-	servers := redistest.StartN(b, 7, redisserver.Options{})
-	for _, n := range []int{1, 3, 5, 7} {
-		b.Run(fmt.Sprintf("masters=%d", n), func(b *testing.B) {
-			clients := make([]*redis.Client, n)
-			for i := range n {
-				clients[i] = redistest.Client(b, servers[i].Addr())
-			}
-			ctx := context.Background()
-			key := fmt.Sprintf("lock:bench:raw:%d", n)
-			keys := []string{key}
-			need := quorum.Majority(n)
-			acquire := make(latencies, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				token := newToken()
-				start := time.Now()
-				oks := make(chan bool, n)
-				for _, c := range clients {
-					go func() { oks <- c.SetNX(ctx, key, token, 10*time.Second).Val() }()
-				}
-				won := 0
-				for range n {
-					if <-oks {
-						won++
-						if won == need {
-							break
-						}
-					}
-				}
-				acquire = append(acquire, time.Since(start))
-				if won < need {
-					b.Fatalf("raw quorum lost: %d of %d", won, n)
-				}
-				var wg sync.WaitGroup
-				for _, c := range clients {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						releaseScript.Run(ctx, c, keys, token)
-					}()
-				}
-				wg.Wait()
-			}
-			b.StopTimer()
-			acquire.report(b, "acquire-")
-		})
+// rawCycle is the baseline: the least a Redlock client must do with
+// go-redis. SET NX PX on every master in parallel, return at a majority;
+// release with the compare-and-delete script on every master, waiting for
+// all. No validity, no cleanup of late SETs, no error detail.
+func rawCycle(b *testing.B, servers []*redisserver.Server) {
+	n := len(servers)
+	clients := make([]*redis.Client, n)
+	for i := range n {
+		clients[i] = redistest.Client(b, servers[i].Addr())
 	}
+	ctx := context.Background()
+	key := fmt.Sprintf("lock:bench:raw:%d", n)
+	keys := []string{key}
+	need := quorum.Majority(n)
+	acquire := make(latencies, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		token := newToken()
+		start := time.Now()
+		oks := make(chan bool, n)
+		for _, c := range clients {
+			go func() { oks <- c.SetNX(ctx, key, token, 10*time.Second).Val() }()
+		}
+		won := 0
+		for range n {
+			if <-oks {
+				won++
+				if won == need {
+					break
+				}
+			}
+		}
+		acquire = append(acquire, time.Since(start))
+		if won < need {
+			b.Fatalf("raw quorum lost: %d of %d", won, n)
+		}
+		var wg sync.WaitGroup
+		for _, c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				releaseScript.Run(ctx, c, keys, token)
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	acquire.report(b, "acquire-")
 }

@@ -263,5 +263,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("QUORUMLOCK_COMPETE") != "" {
 		os.Exit(compete())
 	}
+	// go-redis logs every failed dial; the tests take masters down on purpose.
+	redis.SetLogger(quiet{})
 	os.Exit(m.Run())
 }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
