@@ -61,6 +61,10 @@ func NewRedisCounter(node Incrementer, opts ...CounterOption) (*RedisCounter, er
 	return c, nil
 }
 
+// Node is the client of the node the counter lives on. The redlock package
+// uses it to refuse a counter that lives on one of the lock's masters.
+func (c *RedisCounter) Node() Incrementer { return c.node }
+
 // Mint increments the counter of resource and returns its new value. It
 // returns within the counter's timeout or ctx's deadline, whichever is
 // earlier; an INCR that was sent but not answered in time may still be

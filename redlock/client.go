@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/clockdrift"
+	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/quorum"
 )
@@ -101,19 +102,39 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		seen[addr] = i
 		c.addrs[i] = addr
 	}
+	if err := c.checkFenceNode(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkFenceNode refuses a fence counter that lives on one of the masters:
+// the counter must survive what the masters may lose.
+func (c *Client) checkFenceNode() error {
+	on, ok := c.cfg.minter.(interface{ Node() fence.Incrementer })
+	if !ok {
+		return nil
+	}
+	node := on.Node()
+	addr, known := address(node)
+	for i, m := range c.masters {
+		if same(m, node) || (known && addr == c.addrs[i]) {
+			return invalid("the fence counter is on master %d (%s); it needs a node of its own", i, c.addrs[i])
+		}
+	}
+	return nil
 }
 
 // same reports whether a and b are one client. Values of types that cannot
 // be compared are never the same (comparing them would panic).
-func same(a, b Master) bool {
+func same(a, b any) bool {
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
 	return ta == tb && ta.Comparable() && a == b
 }
 
 // address names a master in errors and logs, and finds two clients of one
 // server.
-func address(m Master) (string, bool) {
+func address(m any) (string, bool) {
 	switch c := m.(type) {
 	case interface{ Options() *redis.Options }:
 		return c.Options().Addr, true

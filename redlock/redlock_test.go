@@ -149,6 +149,10 @@ func TestNewRejectsBadInput(t *testing.T) {
 	_, masters := miniMasters(t, 2)
 	var typedNil *redis.Client
 	sameAddr := newClient(t, masters[0].(*redis.Client).Options().Addr)
+	counterOnMaster, err := fence.NewRedisCounter(masters[1].(*redis.Client))
+	require.NoError(t, err)
+	counterOnSameAddr, err := fence.NewRedisCounter(newClient(t, masters[1].(*redis.Client).Options().Addr))
+	require.NoError(t, err)
 	tests := []struct {
 		name    string
 		masters []Master
@@ -172,6 +176,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"nil fence minter", masters, []Option{WithFence(nil)}},
 		{"typed nil fence minter", masters, []Option{WithFence((*fence.RedisCounter)(nil))}},
 		{"nil logger", masters, []Option{WithLogger(nil)}},
+		{"fence counter on a master", masters, []Option{WithFence(counterOnMaster)}},
+		{"fence counter on a master's address", masters, []Option{WithFence(counterOnSameAddr)}},
 		{"nil option", masters, []Option{nil}},
 	}
 	for _, tt := range tests {
