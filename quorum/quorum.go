@@ -221,8 +221,8 @@ func (r *Round) signal() {
 
 // Undo runs undo(node) for every node of the round, each only after that
 // node's call has returned: at once for calls that have returned, and for
-// calls still running, as soon as each returns. It must be called at most
-// once, after Do returned.
+// calls still running, as soon as each returns. Undo or UndoUntil must be
+// called at most once, after Do returned.
 //
 // Undo waits for the undos of the responsive nodes: those whose call
 // returned by the round's deadline (the start of Do plus its timeout). It
@@ -234,6 +234,15 @@ func (r *Round) signal() {
 // undo is not given a context: it should bound itself, and it should not use
 // a context that the caller may already have cancelled.
 func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
+	r.UndoUntil(timeout, undo, nil)
+}
+
+// UndoUntil is [Round.Undo] that stops waiting as soon as enough reports
+// true; enough is asked again after each undo Undo waits for has finished.
+// The undos it no longer waits for still run. It suits a release after
+// success: once a majority confirmed, a slow node must not hold up the
+// caller. A nil enough is never satisfied.
+func (r *Round) UndoUntil(timeout time.Duration, undo func(node int), enough func() bool) {
 	n := len(r.nodes)
 	if n == 0 {
 		return
@@ -261,6 +270,8 @@ func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
 		r.mu.Unlock()
 		var next time.Time
 		switch {
+		case enough != nil && enough():
+			return
 		case !cutoff: // calls that return before the deadline are responsive
 			next = r.deadline
 		case settled || !now.Before(limit):

@@ -1078,3 +1078,38 @@ func BenchmarkDo(b *testing.B) {
 		})
 	}
 }
+
+// TestUndoUntilStopsWhenEnough: UndoUntil stops waiting once enough says
+// so, here when the two calls that had returned are undone; the call still
+// running within the round's deadline is undone in the background once it
+// returns. Without enough, it would wait for that call.
+func TestUndoUntilStopsWhenEnough(t *testing.T) {
+	release := make(chan struct{})
+	var returnedAt, undoneAt [3]atomic.Int64
+	var seq atomic.Int64
+	r := Do(context.Background(), 3, 2, time.Minute, func(ctx context.Context, node int) (bool, error) {
+		if node == 2 {
+			<-release
+		}
+		returnedAt[node].Store(seq.Add(1))
+		return true, nil
+	})
+	require.Equal(t, 2, r.Agreed)
+	done := make(chan struct{})
+	go func() {
+		r.UndoUntil(time.Minute, func(node int) { undoneAt[node].Store(seq.Add(1)) },
+			func() bool { return undoneAt[0].Load() != 0 && undoneAt[1].Load() != 0 })
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("UndoUntil waited for a call still running after enough was true")
+	}
+	assert.NotZero(t, undoneAt[0].Load())
+	assert.NotZero(t, undoneAt[1].Load())
+	assert.Zero(t, undoneAt[2].Load(), "undone before its call returned")
+	close(release)
+	r.WaitUndone()
+	assert.Greater(t, undoneAt[2].Load(), returnedAt[2].Load())
+}

@@ -113,3 +113,24 @@ func TestResponsiveSlowMasterReleasedBeforeReturn(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	assert.False(t, servers[2].Exists("lock:"+res), "TryLock returned before releasing a responsive master")
 }
+
+// TestUnlockDoesNotWaitForSlowMaster: Unlock right after a win releases the
+// masters that answered and returns; a master whose SET is still in flight
+// is released when that SET returns, so its key does not outlive the lock.
+func TestUnlockDoesNotWaitForSlowMaster(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	res := resourceName(t)
+	late := &lateMaster{Client: masters[2].(*redis.Client), delay: 300 * time.Millisecond}
+	masters[2] = late
+	c := newTestClient(t, masters, WithNodeTimeout(time.Second))
+	l, err := c.TryLock(context.Background(), res, time.Minute)
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, l.Unlock(context.Background()))
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "Unlock waited for the slow master's SET")
+	assert.False(t, servers[0].Exists("lock:"+res))
+	assert.False(t, servers[1].Exists("lock:"+res))
+	require.Eventually(t, func() bool { return late.releaseSent.Load() != 0 }, 5*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, late.releaseSent.Load(), late.setReturned.Load(), "the release overtook the SET")
+	assert.Eventually(t, func() bool { return !servers[2].Exists("lock:" + res) }, 5*time.Second, time.Millisecond)
+}

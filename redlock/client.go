@@ -281,7 +281,7 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 // context that the caller's cancellation does not reach: a master whose SET
 // is still in flight gets its release after that SET returns.
 func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) []release {
-	released := l.releaseAll(ctx, round)
+	released := l.releaseAll(ctx, round, nil)
 	for i := range released {
 		if err := released[i].err(); err != nil && !isWrongType(err) {
 			c.cfg.logger.Warn("redlock: release after a failed attempt", "master", c.addrs[i], "resource", l.resource, "err", err)

@@ -111,6 +111,9 @@ func (l *Lock) endLocked() {
 // once, each bounded by the node timeout; it is sent even when ctx has
 // already ended, so a deferred Unlock still frees the masters. A master whose
 // acquiring SET is still in flight is released after that SET returns.
+// Unlock returns as soon as a majority confirmed the release; the remaining
+// masters are released in the background, so a slow master does not hold up
+// the caller.
 //
 // It returns nil when a majority of masters still held our token: the lease
 // was intact to the end. It returns [ErrLockNotHeld] when fewer did (the
@@ -129,7 +132,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.endLocked()
 	l.mu.Unlock()
 
-	released := l.releaseAll(ctx, l.round)
+	// A majority that confirmed settles Unlock: a slow master is then
+	// released in the background, not waited for.
+	released := l.releaseAll(ctx, l.round, func(rs []release) bool {
+		held := 0
+		for i := range rs {
+			if rs[i].state.Load() == releasedHeld {
+				held++
+			}
+		}
+		return held >= l.c.quorum
+	})
 	var held, failed int
 	var errs []error
 	for i := range released {
@@ -180,12 +193,18 @@ func (r *release) err() error {
 
 // releaseAll runs the compare-and-delete on every master of round, each
 // after its acquiring call returned, with a context the caller's
-// cancellation does not reach; it waits for the masters that answered the
-// acquiring round in time, each bounded by the node timeout.
-func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round) []release {
+// cancellation does not reach, each bounded by the node timeout. It waits
+// for the masters whose acquiring call returns before the round's deadline,
+// unless enough is set and says that the releases so far settle the
+// outcome; the rest are released in the background.
+func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func([]release) bool) []release {
 	out := make([]release, len(l.c.masters))
 	detached := context.WithoutCancel(ctx)
-	round.Undo(l.c.cfg.nodeTimeout, func(i int) {
+	var settled func() bool
+	if enough != nil {
+		settled = func() bool { return enough(out) }
+	}
+	round.UndoUntil(l.c.cfg.nodeTimeout, func(i int) {
 		held, err := l.release(detached, i)
 		switch {
 		case err != nil:
@@ -196,7 +215,7 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round) []release {
 		default:
 			out[i].state.Store(releasedNotOurs)
 		}
-	})
+	}, settled)
 	return out
 }
 

@@ -1,0 +1,33 @@
+// Command redlock-bench measures the Redlock client against its
+// single-instance mode, side by side in one run, on embedded, started or
+// existing Redis servers. See the package quorumlock.dev/internal/bench for
+// the flags, the scenarios and the output columns; `redlock-bench -h` lists
+// the flags.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/internal/bench"
+)
+
+func main() {
+	// go-redis logs every failed dial to stderr; the dead scenario dials
+	// dead masters on purpose, and errors reach the report anyway.
+	redis.SetLogger(silent{})
+	// Ctrl-C ends the measuring; the servers the run started are still
+	// stopped before the command exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := bench.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}

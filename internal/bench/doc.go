@@ -1,0 +1,75 @@
+// Package bench is the benchmark behind cmd/redlock-bench: it measures the
+// redlock client over N masters against its single-instance mode (the same
+// client over one master), side by side in one run, and reports latency
+// percentiles, throughput, outcomes, allocations and CPU per row. It does
+// not tune anything to look good: every figure is what the run measured.
+//
+// # Servers
+//
+// The embedded backend (the default) runs in-process miniredis servers, so
+// the command works on a machine without Redis; its figures include the
+// servers' own CPU and allocations, and are for trying the tool, not for
+// conclusions. -backend redis-server starts real redis-server processes on
+// free loopback ports (no persistence) and stops them by pid at the end, on
+// an error and on Ctrl-C. -addrs uses existing servers: nothing is flushed,
+// every key lives under a random prefix (lock:redlock-bench-XXXXXXXX:...) and
+// the run deletes its keys afterwards. The report names the backend and
+// every server with its version.
+//
+// # Scenarios
+//
+//   - healthy: redlock over -masters masters and single-instance, at each -c.
+//     redlock rows carry ratio_of "single".
+//   - slow: one master behind an in-process TCP proxy, once with no added
+//     latency and once with -delay; both rows go through a proxy, so the
+//     proxy's own cost is not mistaken for the slow master's. The delayed
+//     row carries ratio_of "delay_ms=0".
+//   - dead: -dead masters replaced by addresses nothing listens on, against
+//     the same masters all alive; ratio_of "healthy".
+//   - scale: redlock over 1, 3, 5, 7 and 9 masters; ratio_of "masters=3".
+//
+// The rows of a scenario are measured in -rounds slices that alternate
+// (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
+// Each goroutine calls TryLock on a random one of -keys resources, holds the
+// lock for -hold, and calls Unlock. Contention is not retried: it counts as
+// contended.
+//
+// # Output
+//
+// -o text prints a table; -o json prints one object with the run's backend,
+// servers, config and a results array of rows; -o csv prints one header line
+// and one line per row. The row fields (JSON keys and CSV columns, in order):
+//
+//	mode             redlock or single
+//	variant          names the row in its scenario: single, redlock,
+//	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5
+//	masters          masters of the row's client (1 for single)
+//	scenario         healthy, slow, dead or scale
+//	concurrency      goroutines sharing the client
+//	keys             resources the locks are spread over
+//	delay_ms         latency added to the slow master
+//	dead             unreachable masters
+//	fence            whether a fencing token was minted per lock
+//	hold_ms          time the lock was held
+//	attempts         TryLock calls
+//	cycles           locks acquired and released
+//	seconds          time spent measuring the row
+//	ops_per_sec      cycles per second
+//	acquire_p50_us   TryLock latency percentiles in µs, over every call
+//	acquire_p90_us     whatever its outcome (for dead rows that is the
+//	acquire_p99_us     time to the typed error); from an HDR histogram,
+//	acquire_p999_us    3 significant figures
+//	acquire_max_us
+//	cycle_p50_us     TryLock + hold + Unlock, acquired cycles only
+//	acquired         TryLock succeeded and Unlock confirmed the lease
+//	contended        ErrNotAcquired
+//	unavailable      ErrQuorumUnavailable or ErrFenceUnavailable
+//	errors           anything else, failed Unlocks included
+//	allocs_per_op    heap allocations of the whole process per attempt
+//	cpu_seconds      user + system CPU of the whole process
+//	ratio_of         the row this row's p50 is compared with ("" for none)
+//	ratio_p50        acquire_p50_us over that row's
+//
+// allocs_per_op and cpu_seconds count the whole process: with the embedded
+// backend they include the in-process servers.
+package bench

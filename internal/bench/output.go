@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Formats lists the output formats Write accepts, in the order a -format
+// flag's help text should offer them.
+var Formats = []string{"text", "json", "csv"}
+
+// ErrFormat reports an output format (or plot file extension) that this
+// package cannot write. It is wrapped together with the offending name.
+var ErrFormat = errors.New("bench: unknown output format")
+
+// Write writes r to w in format, one of [Formats]:
+//
+//   - "text" is for people: a header with the backend, the servers and the
+//     run's settings, then one aligned table with a line per row.
+//   - "json" is one indented object carrying the whole [Report], so that a
+//     result file stands alone; "results" is always an array.
+//   - "csv" carries the rows only: a header of [CSVColumns], then one line
+//     per row, with floats in the shortest form that reads back exactly.
+//
+// An unknown format writes nothing and returns an error wrapping [ErrFormat].
+func Write(w io.Writer, r *Report, format string) error {
+	switch format {
+	case "text":
+		return writeText(w, r)
+	case "json":
+		return writeJSON(w, r)
+	case "csv":
+		return writeCSV(w, r.Results)
+	}
+	return fmt.Errorf("%w %q (want one of %s)", ErrFormat, format, strings.Join(Formats, ", "))
+}
+
+// ReadJSON parses a report written by Write in the "json" format.
+func ReadJSON(r io.Reader) (*Report, error) {
+	var rep Report
+	dec := json.NewDecoder(r)
+	// A misspelt field would otherwise read as zero and skew whatever is
+	// computed from the file afterwards.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		return nil, fmt.Errorf("bench: read json report: %w", err)
+	}
+	return &rep, nil
+}
+
+func writeJSON(w io.Writer, r *Report) error {
+	out := *r
+	// jq '.results[]' fails on null; an empty run should still iterate.
+	if out.Results == nil {
+		out.Results = []Row{}
+	}
+	if out.Servers == nil {
+		out.Servers = []ServerInfo{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(&out); err != nil {
+		return fmt.Errorf("bench: write json report: %w", err)
+	}
+	return nil
+}
+
+// rowCodec maps Row's fields to CSV columns. It is derived from the struct
+// by reflection so that adding a field to Row cannot leave the CSV behind.
+type rowCodec struct {
+	columns []string
+	kinds   []reflect.Kind
+}
+
+var csvCodec = sync.OnceValue(func() rowCodec {
+	t := reflect.TypeFor[Row]()
+	var c rowCodec
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			panic("bench: Row field " + f.Name + " has no json name for its CSV column")
+		}
+		switch k := f.Type.Kind(); k {
+		case reflect.String, reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
+			c.kinds = append(c.kinds, k)
+		default:
+			panic("bench: Row field " + f.Name + " has kind " + k.String() + ", which the CSV codec does not handle")
+		}
+		c.columns = append(c.columns, name)
+	}
+	return c
+})
+
+// CSVColumns returns the CSV header that Write uses: the json names of
+// [Row]'s fields, in field order. The slice is the caller's to keep.
+func CSVColumns() []string {
+	return slices.Clone(csvCodec().columns)
+}
+
+func writeCSV(w io.Writer, rows []Row) error {
+	c := csvCodec()
+	cw := csv.NewWriter(w)
+	if err := cw.Write(c.columns); err != nil {
+		return fmt.Errorf("bench: write csv: %w", err)
+	}
+	record := make([]string, len(c.columns))
+	for _, row := range rows {
+		v := reflect.ValueOf(row)
+		for i, k := range c.kinds {
+			f := v.Field(i)
+			switch k {
+			case reflect.String:
+				record[i] = f.String()
+			case reflect.Int, reflect.Int64:
+				record[i] = strconv.FormatInt(f.Int(), 10)
+			case reflect.Float64:
+				record[i] = strconv.FormatFloat(f.Float(), 'f', -1, 64)
+			case reflect.Bool:
+				record[i] = strconv.FormatBool(f.Bool())
+			}
+		}
+		if err := cw.Write(record); err != nil {
+			return fmt.Errorf("bench: write csv: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("bench: write csv: %w", err)
+	}
+	return nil
+}
+
+// ReadCSV parses rows written by Write in the "csv" format. The header must
+// equal [CSVColumns] exactly: a file from an older or newer Row would
+// otherwise put values in the wrong fields without a word.
+func ReadCSV(r io.Reader) ([]Row, error) {
+	c := csvCodec()
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = true
+	header, err := cr.Read()
+	if err == io.EOF {
+		return nil, errors.New("bench: read csv: empty input, want a header line")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench: read csv: %w", err)
+	}
+	if !slices.Equal(header, c.columns) {
+		return nil, fmt.Errorf("bench: read csv: header %q does not match the columns of this version %q",
+			strings.Join(header, ","), strings.Join(c.columns, ","))
+	}
+	rows := []Row{}
+	for {
+		record, err := cr.Read()
+		if err == io.EOF {
+			return rows, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: read csv: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		var row Row
+		v := reflect.ValueOf(&row).Elem()
+		for i, k := range c.kinds {
+			if err := setField(v.Field(i), k, record[i]); err != nil {
+				return nil, fmt.Errorf("bench: read csv: line %d, column %s: %w", line, c.columns[i], err)
+			}
+		}
+		rows = append(rows, row)
+	}
+}
+
+func setField(f reflect.Value, k reflect.Kind, s string) error {
+	switch k {
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, f.Type().Bits())
+		if err != nil {
+			return err
+		}
+		f.SetInt(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return err
+		}
+		f.SetFloat(x)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return err
+		}
+		f.SetBool(b)
+	}
+	return nil
+}
+
+// stickyWriter keeps the first write error, so the text writer can print
+// freely and still report a closed pipe once, at the end.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
+func writeText(w io.Writer, r *Report) error {
+	sw := &stickyWriter{w: w}
+	tw := tabwriter.NewWriter(sw, 0, 0, 2, ' ', 0)
+
+	fmt.Fprintf(tw, "backend: %s, started %s, elapsed %s, GOMAXPROCS %d\n\n",
+		r.Backend, r.Started.Format(time.RFC3339), fmtSeconds(r.Elapsed), r.GoMaxProcs)
+
+	if len(r.Servers) > 0 {
+		fmt.Fprintln(tw, "role\taddr\tversion")
+		for _, s := range r.Servers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Role, s.Addr, s.Version)
+		}
+		fmt.Fprintln(tw)
+	}
+
+	c := r.Config
+	per := fmtSeconds(c.DurationS) + " per row"
+	if c.Cycles > 0 {
+		per = strconv.FormatInt(c.Cycles, 10) + " cycles per row"
+	}
+	fmt.Fprintf(tw, "config: scenario %s, masters %d, ttl %s, node timeout %s, hold %s, keys %d, fence %t, rounds %d, %s\n\n",
+		c.Scenario, c.Masters, fmtMillis(c.TTLms), fmtMillis(c.NodeTimeout), fmtMillis(c.HoldMs), c.Keys, c.Fence, c.Rounds, per)
+
+	fmt.Fprintln(tw, "scenario\tvariant\tc\tkeys\tops/s\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tcycle p50 µs\tacquired\tcontended\tunavailable\terrors\tallocs/op\tCPU s\tp50 ratio")
+	for i, label := range rowLabels(r.Results, false) {
+		row := r.Results[i]
+		// A ratio of 0 means the row it names measured nothing, not that
+		// this row was infinitely fast.
+		ratio := "-"
+		if row.RatioOf != "" && row.RatioP50 > 0 {
+			prec := 2
+			if row.RatioP50 >= 10 {
+				prec = 1
+			}
+			ratio = strconv.FormatFloat(row.RatioP50, 'f', prec, 64) + "× " + row.RatioOf
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t%s\n",
+			row.Scenario, label, row.Concurrency, row.Keys, fmtRate(row.OpsPerSec),
+			fmtMicros(row.AcquireP50Us), fmtMicros(row.AcquireP90Us), fmtMicros(row.AcquireP99Us),
+			fmtMicros(row.AcquireP999Us), fmtMicros(row.AcquireMaxUs), fmtMicros(row.CycleP50Us),
+			row.Acquired, row.Contended, row.Unavailable, row.Errors,
+			row.AllocsPerOp, row.CPUSeconds, ratio)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: write text report: %w", err)
+	}
+	if sw.err != nil {
+		return fmt.Errorf("bench: write text report: %w", sw.err)
+	}
+	return nil
+}
+
+// fmtMicros rounds a latency to the digits that mean something: a tenth of a
+// microsecond says nothing about a 2 ms call, but a lot about a 3 µs one.
+func fmtMicros(us float64) string {
+	switch {
+	case us == 0:
+		return "0"
+	case us < 10:
+		return strconv.FormatFloat(us, 'f', 2, 64)
+	case us < 100:
+		return strconv.FormatFloat(us, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(us, 'f', 0, 64)
+}
+
+// fmtRate keeps one decimal only where the run was slow enough for it to
+// matter, as in the dead-master scenario.
+func fmtRate(opsPerSec float64) string {
+	if opsPerSec < 100 {
+		return strconv.FormatFloat(opsPerSec, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(opsPerSec, 'f', 0, 64)
+}
+
+// fmtMillis and fmtSeconds print the report's float durations the way the CLI's
+// flags take them (-ttl 30s), so a header can be pasted back as flags.
+func fmtMillis(v float64) string {
+	return time.Duration(v * float64(time.Millisecond)).String()
+}
+
+func fmtSeconds(v float64) string {
+	return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// rowLabels names each row for a table or chart. The variant itself (mode,
+// masters, the slow master's delay, dead masters) is always named; fence and
+// hold only when they differ between rows, since otherwise the header says
+// them once. With load set, concurrency and keys are named the same way on a
+// second line, for the chart, where they have no column of their own and a
+// one-line label would not fit under its bars; equal labels then get "#2",
+// "#3" so that no two bar groups look like one variant.
+func rowLabels(rows []Row, load bool) []string {
+	varies := func(f func(Row) string) bool {
+		for _, r := range rows {
+			if f(r) != f(rows[0]) {
+				return true
+			}
+		}
+		return false
+	}
+	fence := func(r Row) string {
+		if r.Fence {
+			return "fenced"
+		}
+		return "unfenced"
+	}
+	hold := func(r Row) string { return "hold " + fmtMillis(r.HoldMs) }
+	conc := func(r Row) string { return "c=" + strconv.Itoa(r.Concurrency) }
+	keys := func(r Row) string { return "k=" + strconv.Itoa(r.Keys) }
+	var extras, loads []func(Row) string
+	for _, f := range []func(Row) string{fence, hold} {
+		if varies(f) {
+			extras = append(extras, f)
+		}
+	}
+	if load {
+		for _, f := range []func(Row) string{conc, keys} {
+			if varies(f) {
+				loads = append(loads, f)
+			}
+		}
+	}
+
+	labels := make([]string, len(rows))
+	seen := map[string]int{}
+	for i, r := range rows {
+		parts := []string{"single"}
+		if r.Mode != "single" {
+			parts = []string{r.Mode, strconv.Itoa(r.Masters) + "m"}
+		}
+		if r.DelayMs > 0 {
+			parts = append(parts, "+"+fmtMillis(r.DelayMs))
+		}
+		if r.Dead > 0 {
+			parts = append(parts, strconv.Itoa(r.Dead)+" dead")
+		}
+		for _, f := range extras {
+			parts = append(parts, f(r))
+		}
+		label := strings.Join(parts, " ")
+		if len(loads) > 0 {
+			parts = parts[:0]
+			for _, f := range loads {
+				parts = append(parts, f(r))
+			}
+			label += "\n" + strings.Join(parts, " ")
+		}
+		if load {
+			seen[label]++
+			if n := seen[label]; n > 1 {
+				label += " #" + strconv.Itoa(n)
+			}
+		}
+		labels[i] = label
+	}
+	return labels
+}

@@ -1,0 +1,78 @@
+package bench
+
+import "time"
+
+// Report is the result of one run: what was measured on what, and one row
+// per measured variant.
+type Report struct {
+	Backend    string       `json:"backend"` // embedded, redis-server or addrs
+	Servers    []ServerInfo `json:"servers"` // every server the run used, with its version
+	Started    time.Time    `json:"started"` // wall clock at the start of the run
+	Elapsed    float64      `json:"elapsed_s"`
+	GoMaxProcs int          `json:"gomaxprocs"`
+	GoVersion  string       `json:"go_version"`
+	Platform   string       `json:"platform"` // GOOS/GOARCH
+	Config     ConfigEcho   `json:"config"`
+	Results    []Row        `json:"results"`
+}
+
+// ServerInfo names one server of the run.
+type ServerInfo struct {
+	Role    string `json:"role"` // master, single, fence
+	Addr    string `json:"addr"`
+	Version string `json:"version"` // redis_version, or "miniredis vX" for the embedded backend
+}
+
+// ConfigEcho repeats the settings of the run, so a report stands alone.
+type ConfigEcho struct {
+	Scenario    string  `json:"scenario"`
+	Masters     int     `json:"masters"`
+	TTLms       float64 `json:"ttl_ms"`
+	NodeTimeout float64 `json:"node_timeout_ms"`
+	HoldMs      float64 `json:"hold_ms"`
+	Keys        int     `json:"keys"`
+	Fence       bool    `json:"fence"`
+	Rounds      int     `json:"rounds"`
+	DurationS   float64 `json:"duration_s"` // per row; 0 when Cycles is set
+	Cycles      int64   `json:"cycles"`     // per row; 0 when DurationS is set
+}
+
+// Row is one measured variant at one concurrency: flat, so that CSV and JSON
+// carry the same fields. Latencies are in microseconds.
+type Row struct {
+	Mode        string  `json:"mode"`     // redlock or single
+	Variant     string  `json:"variant"`  // names the row within its scenario; ratio_of refers to it
+	Masters     int     `json:"masters"`  // masters of this variant (1 for single)
+	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale
+	Concurrency int     `json:"concurrency"`
+	Keys        int     `json:"keys"`
+	DelayMs     float64 `json:"delay_ms"` // added latency on the slow master (slow scenario)
+	Dead        int     `json:"dead"`     // unreachable masters (dead scenario)
+	Fence       bool    `json:"fence"`
+	HoldMs      float64 `json:"hold_ms"`
+
+	Attempts  int64   `json:"attempts"`    // TryLock calls
+	Cycles    int64   `json:"cycles"`      // acquired and released
+	Seconds   float64 `json:"seconds"`     // time spent measuring this row
+	OpsPerSec float64 `json:"ops_per_sec"` // cycles per second
+
+	AcquireP50Us  float64 `json:"acquire_p50_us"` // every TryLock call, whatever its outcome
+	AcquireP90Us  float64 `json:"acquire_p90_us"`
+	AcquireP99Us  float64 `json:"acquire_p99_us"`
+	AcquireP999Us float64 `json:"acquire_p999_us"`
+	AcquireMaxUs  float64 `json:"acquire_max_us"`
+	CycleP50Us    float64 `json:"cycle_p50_us"` // TryLock + hold + Unlock, acquired cycles only
+
+	Acquired    int64 `json:"acquired"`
+	Contended   int64 `json:"contended"`   // ErrNotAcquired
+	Unavailable int64 `json:"unavailable"` // ErrQuorumUnavailable or ErrFenceUnavailable
+	Errors      int64 `json:"errors"`      // anything else, Unlock failures included
+
+	AllocsPerOp float64 `json:"allocs_per_op"` // heap allocations of the whole process per attempt
+	CPUSeconds  float64 `json:"cpu_seconds"`   // user+system CPU of the whole process
+
+	// RatioP50 is this row's acquire p50 over the p50 of the row named by
+	// RatioOf, measured in the same run ("" and 0 when there is none).
+	RatioOf  string  `json:"ratio_of"`
+	RatioP50 float64 `json:"ratio_p50"`
+}
