@@ -7,14 +7,25 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench gobench lint fuzz deps clean
+.PHONY: test bench bench-redis gobench lint fuzz deps clean
 
 # Every test, with the race detector, after vet and a gofmt check.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 12m $(PKGS)
 
-# The benchmarks (the benchmark CLI takes this target over in a later step).
-bench: gobench
+# The benchmark CLI on its embedded default: in-process servers, no Redis needed.
+bench:
+	$(GO) run ./cmd/redlock-bench $(ARGS)
+
+# The published figures: the CLI on real redis-server processes, every scenario.
+bench-redis: deps
+	@mkdir -p docs/bench
+	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	bin/redlock-bench -backend redis-server -scenario healthy -c 1,8,64 -d 5s -o json > docs/bench/healthy.json
+	bin/redlock-bench -backend redis-server -scenario slow -delay 30ms -c 1,8 -d 5s -o json > docs/bench/slow.json
+	bin/redlock-bench -backend redis-server -scenario dead -dead 2 -c 1,8 -d 5s -o json > docs/bench/dead2.json
+	bin/redlock-bench -backend redis-server -scenario dead -dead 3 -c 1 -d 5s -o json > docs/bench/dead3.json
+	bin/redlock-bench -backend redis-server -scenario scale -c 1,8 -d 3s -o json -plot docs/bench/scale.svg > docs/bench/scale.json
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps

@@ -1,0 +1,340 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/bench"
+	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // the dead scenario dials dead masters on purpose
+	os.Exit(m.Run())
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// run is the command as a user runs it: arguments in, exit status and
+// output back.
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = bench.Main(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func runJSON(t *testing.T, args ...string) *bench.Report {
+	t.Helper()
+	code, out, errOut := run(t, append(args, "-o", "json")...)
+	require.Equal(t, bench.ExitOK, code, errOut)
+	rep, err := bench.ReadJSON(strings.NewReader(out))
+	require.NoError(t, err)
+	return rep
+}
+
+func TestParseDefaults(t *testing.T) {
+	inv, err := bench.Parse(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	cfg := inv.Config
+	assert.Equal(t, "embedded", cfg.Backend.Kind)
+	assert.Equal(t, "healthy", cfg.Scenario)
+	assert.Equal(t, 5, cfg.Masters)
+	assert.Equal(t, []int{1, 8, 64}, cfg.Concurrency)
+	assert.Equal(t, 2*time.Second, cfg.Duration)
+	assert.Equal(t, 10*time.Second, cfg.TTL)
+	assert.Equal(t, 50*time.Millisecond, cfg.NodeTimeout)
+	assert.Equal(t, "text", inv.Format)
+
+	inv, err = bench.Parse([]string{"-addrs", "127.0.0.1:1, 127.0.0.1:2,127.0.0.1:3", "-masters", "3", "-n", "100", "-ttl", "30s", "-hold", "2ms"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, "addrs", inv.Config.Backend.Kind)
+	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, inv.Config.Backend.Addrs)
+	assert.Equal(t, int64(100), inv.Config.Cycles)
+	assert.Zero(t, inv.Config.Duration)
+	assert.Equal(t, 2*time.Millisecond, inv.Config.Hold)
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-nope"},
+		{"-c", "one"},
+		{"-c", "0"},
+		{"-o", "xml"},
+		{"-scenario", "stormy"},
+		{"-scenario", "dead", "-dead", "6"},
+		{"-scenario", "slow", "-delay", "0s"},
+		{"-masters", "0"},
+		{"-ttl", "10ms"},
+		{"-keys", "0"},
+		{"-n", "10", "-d", "1s"},
+		{"-d", "0s"},
+		{"-backend", "redis-server", "-addrs", "127.0.0.1:1"},
+		{"-backend", "addrs"},
+		{"-backend", "cloud"},
+		{"-single-addr", "127.0.0.1:1"},
+		{"-plot", "chart.txt"},
+		{"-rounds", "0"},
+		{"extra"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := run(t, args...)
+			assert.Equal(t, bench.ExitUsage, code)
+			assert.Empty(t, out)
+			assert.Contains(t, errOut, "usage: redlock-bench")
+		})
+	}
+	code, _, _ := run(t, "-h")
+	assert.Equal(t, bench.ExitOK, code, "-h is not an error")
+}
+
+// TestEmbeddedRun: the default backend end to end, on a machine with no
+// Redis at all.
+func TestEmbeddedRun(t *testing.T) {
+	rep := runJSON(t, "-d", "200ms", "-c", "1,4", "-rounds", "2")
+	assert.Equal(t, "embedded", rep.Backend)
+	assert.Len(t, rep.Servers, 7)
+	require.Len(t, rep.Results, 4)
+	for _, r := range rep.Results {
+		assert.Positive(t, r.Acquired, "%s c=%d acquired nothing", r.Variant, r.Concurrency)
+		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Unavailable)
+		assert.Positive(t, r.AcquireP50Us)
+		assert.GreaterOrEqual(t, r.AcquireMaxUs, r.AcquireP999Us)
+		assert.GreaterOrEqual(t, r.AcquireP99Us, r.AcquireP50Us)
+		assert.Positive(t, r.AllocsPerOp)
+		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors)
+		switch r.Mode {
+		case "single":
+			assert.Equal(t, 1, r.Masters)
+		case "redlock":
+			assert.Equal(t, 5, r.Masters)
+			assert.Equal(t, "single", r.RatioOf)
+			assert.Positive(t, r.RatioP50)
+		default:
+			t.Errorf("unexpected mode %q", r.Mode)
+		}
+	}
+}
+
+func TestCyclesAndCSV(t *testing.T) {
+	code, out, errOut := run(t, "-n", "40", "-c", "2", "-o", "csv", "-masters", "3")
+	require.Equal(t, bench.ExitOK, code, errOut)
+	rows, err := bench.ReadCSV(strings.NewReader(out))
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	for _, r := range rows {
+		assert.Equal(t, int64(40), r.Attempts, "-n counts attempts per row")
+	}
+}
+
+func TestFullContention(t *testing.T) {
+	rep := runJSON(t, "-d", "300ms", "-c", "8", "-keys", "1", "-hold", "1ms")
+	for _, r := range rep.Results {
+		assert.Positive(t, r.Acquired)
+		assert.Positive(t, r.Contended, "eight goroutines on one key must collide")
+		assert.Zero(t, r.Errors)
+	}
+}
+
+func TestSlowScenario(t *testing.T) {
+	rep := runJSON(t, "-scenario", "slow", "-delay", "30ms", "-d", "300ms", "-c", "1")
+	require.Len(t, rep.Results, 2)
+	byVariant := map[string]bench.Row{}
+	for _, r := range rep.Results {
+		byVariant[r.Variant] = r
+		assert.Positive(t, r.Acquired, "a slow master must not stop the lock")
+		assert.Zero(t, r.Unavailable)
+		assert.Zero(t, r.Errors)
+	}
+	assert.Zero(t, byVariant["delay_ms=0"].DelayMs)
+	assert.Equal(t, 30.0, byVariant["delay_ms=30"].DelayMs)
+	assert.Equal(t, "delay_ms=0", byVariant["delay_ms=30"].RatioOf)
+}
+
+func TestDeadScenario(t *testing.T) {
+	t.Run("minority dead", func(t *testing.T) {
+		rep := runJSON(t, "-scenario", "dead", "-dead", "2", "-d", "300ms", "-c", "1")
+		require.Len(t, rep.Results, 2)
+		dead := rep.Results[1]
+		assert.Equal(t, 2, dead.Dead)
+		assert.Positive(t, dead.Acquired, "three of five masters are a majority")
+		assert.Zero(t, dead.Unavailable)
+		assert.Equal(t, "healthy", dead.RatioOf)
+	})
+	t.Run("majority dead", func(t *testing.T) {
+		rep := runJSON(t, "-scenario", "dead", "-dead", "3", "-d", "300ms", "-c", "1")
+		dead := rep.Results[1]
+		assert.Equal(t, 3, dead.Dead)
+		assert.Zero(t, dead.Acquired)
+		assert.Positive(t, dead.Unavailable, "every attempt must end in ErrQuorumUnavailable")
+		assert.Zero(t, dead.Errors)
+		assert.Positive(t, rep.Results[0].Acquired)
+	})
+}
+
+func TestScaleScenario(t *testing.T) {
+	rep := runJSON(t, "-scenario", "scale", "-d", "250ms", "-c", "1", "-rounds", "1")
+	require.Len(t, rep.Results, len(bench.ScaleMasters))
+	for i, r := range rep.Results {
+		assert.Equal(t, bench.ScaleMasters[i], r.Masters)
+		assert.Positive(t, r.Acquired)
+		if r.Masters != 3 {
+			assert.Equal(t, "masters=3", r.RatioOf)
+		}
+	}
+}
+
+func TestFence(t *testing.T) {
+	rep := runJSON(t, "-fence", "-d", "200ms", "-c", "2")
+	for _, r := range rep.Results {
+		assert.True(t, r.Fence)
+		assert.Positive(t, r.Acquired)
+		assert.Zero(t, r.Errors)
+	}
+}
+
+func TestPlotFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "latency.svg")
+	code, _, errOut := run(t, "-d", "100ms", "-c", "1", "-plot", path)
+	require.Equal(t, bench.ExitOK, code, errOut)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Positive(t, info.Size())
+}
+
+// TestRedisServerBackend: real servers, started and stopped by the run.
+func TestRedisServerBackend(t *testing.T) {
+	needRedis(t)
+	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3")
+	assert.Equal(t, "redis-server", rep.Backend)
+	require.Len(t, rep.Servers, 5)
+	for _, s := range rep.Servers {
+		assert.Regexp(t, `^\d+\.`, s.Version)
+		assertGone(t, s.Addr)
+	}
+	for _, r := range rep.Results {
+		assert.Positive(t, r.Acquired)
+		assert.Zero(t, r.Errors)
+	}
+}
+
+// TestInterruptStopsServers: a run cut short by its context (Ctrl-C)
+// still stops the servers it started.
+func TestInterruptStopsServers(t *testing.T) {
+	needRedis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	var out, errOut bytes.Buffer
+	start := time.Now()
+	code := bench.Main(ctx, []string{"-backend", "redis-server", "-d", "30s", "-c", "1"}, &out, &errOut)
+	assert.Equal(t, bench.ExitError, code)
+	assert.Less(t, time.Since(start), 20*time.Second)
+	assert.Contains(t, errOut.String(), "context canceled")
+	// The servers' addresses are not in the output; look for no listener
+	// among redis-server processes started by this test binary instead.
+	assertNoChildRedis(t)
+}
+
+// TestAddrsBackend: existing servers are used, not flushed, and the run's
+// keys are removed afterwards.
+func TestAddrsBackend(t *testing.T) {
+	servers := redistest.StartN(t, 5, redisserver.Options{})
+	var addrs []string
+	for _, s := range servers[:3] {
+		addrs = append(addrs, s.Addr())
+	}
+	other := redistest.Client(t, servers[0].Addr())
+	require.NoError(t, other.Set(context.Background(), "lock:someone-else", "x", 0).Err())
+
+	rep := runJSON(t, "-addrs", strings.Join(addrs, ","), "-single-addr", servers[3].Addr(),
+		"-fence-addr", servers[4].Addr(), "-fence", "-masters", "3", "-d", "200ms", "-c", "2")
+	assert.Equal(t, "addrs", rep.Backend)
+	for _, r := range rep.Results {
+		assert.Positive(t, r.Acquired)
+	}
+	for _, s := range servers {
+		c := redistest.Client(t, s.Addr())
+		keys, err := c.Keys(context.Background(), "*redlock-bench-*").Result()
+		require.NoError(t, err)
+		assert.Empty(t, keys, "the run left keys on %s", s.Addr())
+	}
+	v, err := other.Get(context.Background(), "lock:someone-else").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "x", v, "a key that is not the run's was touched")
+}
+
+func TestUnreachableServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	code, out, errOut := run(t, "-addrs", addr, "-masters", "1", "-d", "100ms", "-c", "1")
+	assert.Equal(t, bench.ExitError, code)
+	assert.Empty(t, out)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one clear line: %q", errOut)
+	assert.Contains(t, errOut, addr)
+	assert.Contains(t, errOut, "master")
+}
+
+func assertGone(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		conn.Close()
+		t.Errorf("server %s still listens after the run", addr)
+	}
+}
+
+// assertNoChildRedis checks that no redis-server whose parent is this test
+// process is left running.
+func assertNoChildRedis(t *testing.T) {
+	t.Helper()
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.Contains(s[:i], "(redis-server") {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(self) && fields[0] != "Z" {
+			t.Errorf("redis-server pid %s started by this test is still running", e.Name())
+		}
+	}
+}
+
+// needRedis fails the test under CI=true and skips it elsewhere when
+// redis-server is not installed.
+func needRedis(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is missing; CI must install it (apt-get install redis-server)")
+		}
+		// Outside CI only: under CI=true the line above fails instead.
+		t.Skip("redis-server is missing: apt-get install redis-server")
+	}
+}
