@@ -2,6 +2,9 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,4 +136,42 @@ func TestUnlockDoesNotWaitForSlowMaster(t *testing.T) {
 	require.Eventually(t, func() bool { return late.releaseSent.Load() != 0 }, 5*time.Second, time.Millisecond)
 	assert.GreaterOrEqual(t, late.releaseSent.Load(), late.setReturned.Load(), "the release overtook the SET")
 	assert.Eventually(t, func() bool { return !servers[2].Exists("lock:" + res) }, 5*time.Second, time.Millisecond)
+}
+
+func TestNeverSent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}
+	assert.True(t, neverSent(dial))
+	assert.True(t, neverSent(fmt.Errorf("wrapped: %w", dial)))
+	assert.False(t, neverSent(read), "a read error may follow a SET the server applied")
+	assert.False(t, neverSent(errors.New("WRONGTYPE")))
+	assert.False(t, neverSent(nil))
+}
+
+// TestDeadMastersNotReleased: masters that refused the connection are not
+// sent a release (the SET never reached them), so a lost attempt does not
+// wait for them twice.
+func TestDeadMastersNotReleased(t *testing.T) {
+	servers, masters := miniMasters(t, 5)
+	var evals atomic.Int64
+	for i := range masters {
+		masters[i] = &countingScripts{Client: masters[i].(*redis.Client), evals: &evals}
+	}
+	for _, s := range servers[:3] {
+		s.Close()
+	}
+	c := newTestClient(t, masters, WithNodeTimeout(time.Second))
+	_, err := c.TryLock(context.Background(), resourceName(t), time.Minute)
+	require.ErrorIs(t, err, ErrQuorumUnavailable)
+	assert.Equal(t, int64(2), evals.Load(), "only the two live masters are released")
+}
+
+type countingScripts struct {
+	*redis.Client
+	evals *atomic.Int64
+}
+
+func (m *countingScripts) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	m.evals.Add(1)
+	return m.Client.EvalSha(ctx, sha, keys, args...)
 }

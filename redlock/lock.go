@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,6 +206,12 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 		settled = func() bool { return enough(out) }
 	}
 	round.UndoUntil(l.c.cfg.nodeTimeout, func(i int) {
+		if round.Answer(i) == quorum.Failed && neverSent(round.Err(i)) {
+			// Nothing reached this master, so there is nothing to take back;
+			// a release would only wait on the same dead connection.
+			out[i].state.Store(releasedNotOurs)
+			return
+		}
 		held, err := l.release(detached, i)
 		switch {
 		case err != nil:
@@ -217,6 +224,13 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 		}
 	}, settled)
 	return out
+}
+
+// neverSent reports an error that proves the command never left the
+// client: the connection could not even be dialled.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // release runs the compare-and-delete on master i and reports whether our
