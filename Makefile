@@ -21,7 +21,7 @@ bench:
 bench-redis: deps
 	@mkdir -p docs/bench
 	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
-	bin/redlock-bench -backend redis-server -scenario healthy -c 1,8,64 -d 5s -o json > docs/bench/healthy.json
+	bin/redlock-bench -backend redis-server -scenario healthy -c 1,8,64 -d 5s -o json -plot docs/bench/healthy.svg > docs/bench/healthy.json
 	bin/redlock-bench -backend redis-server -scenario slow -delay 30ms -c 1,8 -d 5s -o json > docs/bench/slow.json
 	bin/redlock-bench -backend redis-server -scenario dead -dead 2 -c 1,8 -d 5s -o json > docs/bench/dead2.json
 	bin/redlock-bench -backend redis-server -scenario dead -dead 3 -c 1 -d 5s -o json > docs/bench/dead3.json
