@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -220,7 +219,7 @@ func TestPlotFlag(t *testing.T) {
 
 // TestRedisServerBackend: real servers, started and stopped by the run.
 func TestRedisServerBackend(t *testing.T) {
-	needRedis(t)
+	redistest.Need(t)
 	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3")
 	assert.Equal(t, "redis-server", rep.Backend)
 	require.Len(t, rep.Servers, 5)
@@ -237,7 +236,7 @@ func TestRedisServerBackend(t *testing.T) {
 // TestInterruptStopsServers: a run cut short by its context (Ctrl-C)
 // still stops the servers it started.
 func TestInterruptStopsServers(t *testing.T) {
-	needRedis(t)
+	redistest.Need(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	var out, errOut bytes.Buffer
@@ -323,18 +322,5 @@ func assertNoChildRedis(t *testing.T) {
 		if len(fields) > 1 && fields[1] == strconv.Itoa(self) && fields[0] != "Z" {
 			t.Errorf("redis-server pid %s started by this test is still running", e.Name())
 		}
-	}
-}
-
-// needRedis fails the test under CI=true and skips it elsewhere when
-// redis-server is not installed.
-func needRedis(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is missing; CI must install it (apt-get install redis-server)")
-		}
-		// Outside CI only: under CI=true the line above fails instead.
-		t.Skip("redis-server is missing: apt-get install redis-server")
 	}
 }

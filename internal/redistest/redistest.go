@@ -8,6 +8,7 @@ package redistest
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -57,16 +58,31 @@ func StartN(t testing.TB, n int, opt redisserver.Options) []*redisserver.Server 
 			})
 		}
 	}
-	switch {
-	case errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") == "true":
-		t.Fatalf("redistest: %v; CI must install it (apt-get install redis-server)", err)
-	case errors.Is(err, redisserver.ErrNotInstalled):
-		// Outside CI only: under CI=true the case above fails instead.
-		t.Skipf("redistest: %v; install it (apt-get install redis-server) to run this test", err)
-	case err != nil:
+	if errors.Is(err, redisserver.ErrNotInstalled) {
+		missing(t, err)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return servers
+}
+
+// Need fails or skips the test, by the rules of [Start], when redis-server is not installed:
+// for tests that start servers through other code, such as the benchmark CLI.
+func Need(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		missing(t, redisserver.ErrNotInstalled)
+	}
+}
+
+func missing(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("redistest: %v; CI must install it (apt-get install redis-server)", err)
+	}
+	// Outside CI only: under CI=true the line above fails instead.
+	t.Skipf("redistest: %v; install it (apt-get install redis-server) to run this test", err)
 }
 
 // Client returns a client for addr that is closed when the test ends. It never retries, so
