@@ -324,3 +324,17 @@ func assertNoChildRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestDocListsColumns: the column list in the package doc is the one the
+// CSV writer uses, in the same order.
+func TestDocListsColumns(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	var listed []string
+	for _, line := range strings.Split(string(src), "\n") {
+		if rest, ok := strings.CutPrefix(line, "//\t"); ok && rest != "" && rest[0] != ' ' {
+			listed = append(listed, strings.Fields(rest)[0])
+		}
+	}
+	assert.Equal(t, bench.CSVColumns(), listed)
+}
