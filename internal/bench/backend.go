@@ -14,10 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"quorumlock.dev/internal/embedded"
 	"quorumlock.dev/internal/redisserver"
 )
 
@@ -87,7 +87,7 @@ type Env struct {
 	// fence:<Prefix>:..., which lets Close remove them from servers that others use.
 	Prefix string
 
-	minis   []*miniredis.Miniredis
+	minis   []*embedded.Server
 	servers []*redisserver.Server
 
 	mu     sync.Mutex
@@ -200,8 +200,8 @@ func (e *Env) openEmbedded(ctx context.Context, masters int) error {
 	version := miniredisVersion()
 	addrs := make([]string, masters+2)
 	for i := range addrs {
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		m, err := embedded.Start()
+		if err != nil {
 			return fmt.Errorf("bench: start miniredis: %w", err)
 		}
 		e.minis = append(e.minis, m)
