@@ -57,7 +57,7 @@ func Parse(args []string, stderr io.Writer) (*Invocation, error) {
 	fs.StringVar(&inv.Format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.Plot, "plot", "", "also draw acquire-latency percentiles into this .svg or .png file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redlock-bench [flags]\n\nRedlock over N masters against the single-instance mode, side by side.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: redlock-bench [flags]\n       redlock-bench fencing [flags]   (the fence's duplicate-write benchmark; -h for its flags)\n\nRedlock over N masters against the single-instance mode, side by side.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +135,9 @@ func splitList(s string) []string {
 // Main is the whole command: parse, run, write, plot. It returns the exit
 // status. A progress bar goes to stderr when stderr is a terminal.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "fencing" {
+		return mainFencing(ctx, args[1:], stdout, stderr)
+	}
 	inv, err := Parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -337,4 +338,47 @@ func TestDocListsColumns(t *testing.T) {
 		}
 	}
 	assert.Equal(t, bench.CSVColumns(), listed)
+}
+
+// TestFencingCommand: `redlock-bench fencing` shows the seeds' result on a
+// small run: duplicates without the fence, none with it.
+func TestFencingCommand(t *testing.T) {
+	code, out, errOut := run(t, "fencing", "-jobs", "3000", "-skus", "40", "-c", "16", "-ttl", "30ms",
+		"-node-timeout", "10ms", "-pause", "80ms", "-pause-rate", "0.01", "-o", "json")
+	require.Equal(t, bench.ExitOK, code, errOut)
+	var rep bench.FencingReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Results, 2)
+	unfenced, fenced := rep.Results[0], rep.Results[1]
+	assert.Equal(t, "unfenced", unfenced.Mode)
+	assert.Equal(t, "fenced", fenced.Mode)
+	assert.Equal(t, unfenced.Pauses, fenced.Pauses, "both passes pause the same jobs")
+	assert.Positive(t, unfenced.Pauses)
+	assert.Positive(t, unfenced.Duplicates, "without the fence, paused holders ship twice")
+	assert.Zero(t, fenced.Duplicates, "with the fence, no order ships twice")
+	assert.Positive(t, fenced.Rejections)
+	for _, r := range rep.Results {
+		assert.Equal(t, int64(3000), r.Orders)
+		assert.Zero(t, r.Errors)
+	}
+
+	code, out, _ = run(t, "fencing", "-jobs", "500", "-pause-rate", "0")
+	require.Equal(t, bench.ExitOK, code)
+	assert.Contains(t, out, "duplicates")
+}
+
+func TestFencingBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"fencing", "-jobs", "0"},
+		{"fencing", "-pause", "10ms", "-ttl", "100ms"},
+		{"fencing", "-pause-rate", "1.5"},
+		{"fencing", "-o", "csv"},
+		{"fencing", "-backend", "cloud"},
+		{"fencing", "-node-timeout", "200ms"},
+		{"fencing", "extra"},
+	} {
+		code, _, errOut := run(t, args...)
+		assert.Equal(t, bench.ExitUsage, code, args)
+		assert.Contains(t, errOut, "usage: redlock-bench fencing", args)
+	}
 }
