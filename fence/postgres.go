@@ -1,0 +1,229 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"quorumlock.dev/internal/nilcheck"
+)
+
+// ErrNoRow reports a guarded update whose WHERE clause matches no row: nothing was written,
+// and no fence was involved.
+var ErrNoRow = errors.New("fence: no row matches")
+
+// DB is the part of a pgx connection or pool that [PGCounter] and [PGGuard] need.
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var (
+	_ DB = (*pgxpool.Pool)(nil)
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = pgx.Tx(nil)
+)
+
+// CounterSchema creates the table of [PGCounter], if it does not exist: one row per resource
+// holding the last fence minted. Run it once, with db.Exec, or apply schema.sql, which holds
+// the same statement.
+const CounterSchema = `CREATE TABLE IF NOT EXISTS quorumlock_fence (
+	resource text PRIMARY KEY,
+	value    bigint NOT NULL CHECK (value > 0)
+)`
+
+const (
+	// mintSQL creates the row at 1 or increments it, and returns the new value, in one
+	// statement: the row lock orders concurrent mints, so each gets its own value.
+	mintSQL = `INSERT INTO quorumlock_fence (resource, value) VALUES ($1, 1)
+ON CONFLICT (resource) DO UPDATE SET value = quorumlock_fence.value + 1
+RETURNING value`
+	seedSQL = `INSERT INTO quorumlock_fence (resource, value) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET value = GREATEST(quorumlock_fence.value, EXCLUDED.value)`
+)
+
+// PGCounter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
+// [CounterSchema]), one row per resource. It is an alternative to [RedisCounter] for a lock
+// whose protected data already lives in PostgreSQL: the counter is then as durable as that
+// data, and needs no Redis node of its own. It is safe for concurrent use.
+type PGCounter struct {
+	db DB
+}
+
+var _ Minter = (*PGCounter)(nil)
+
+// NewPGCounter returns a counter that runs its statements on db. The table must exist (see
+// [CounterSchema]).
+func NewPGCounter(db DB) (*PGCounter, error) {
+	if nilcheck.Is(db) {
+		return nil, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+	}
+	return &PGCounter{db: db}, nil
+}
+
+// Mint increments the counter of resource, creating it at 1, and returns its new value, in
+// one statement. It returns when ctx ends, as pgx does; a statement that the server received
+// may still commit after that, which leaves a gap in the sequence but never a repeat. Inside a
+// transaction (db a pgx.Tx), the value is only reserved once the transaction commits, and
+// concurrent mints of the same resource wait for it.
+func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
+	if resource == "" {
+		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var v int64
+	if err := c.db.QueryRow(ctx, mintSQL, resource).Scan(&v); err != nil {
+		return 0, fmt.Errorf("fence: mint %s: %w", resource, err)
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("%w: %s is %d", ErrCounter, resource, v)
+	}
+	return uint64(v), nil
+}
+
+// Seed raises the counter of resource to at least atLeast, and never lowers it, in one
+// statement; the next Mint then returns more than atLeast. It is how a counter continues
+// from another one (the Redis counter it replaces), or is repaired from the largest fence
+// that storage holds. A seed of 0 changes nothing.
+func (c *PGCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
+	if resource == "" {
+		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+	}
+	if atLeast > math.MaxInt64 {
+		return fmt.Errorf("%w: seed %d is above what a bigint holds", ErrInvalidArgument, atLeast)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if atLeast == 0 {
+		return nil
+	}
+	if _, err := c.db.Exec(ctx, seedSQL, resource, int64(atLeast)); err != nil {
+		return fmt.Errorf("fence: seed %s to %d: %w", resource, atLeast, err)
+	}
+	return nil
+}
+
+// PGGuard makes a PostgreSQL table reject writes from stale lock holders. Each guarded row
+// stores, in a bigint column, the fence of the last write that changed it; [PGGuard.Update]
+// changes a row only if the writer's fence passes the comparison with the stored one, in the
+// same statement, so the check holds however late the write arrives. Rows written without
+// the guard bypass it.
+//
+// The zero value of FenceColumn and Compare is usable. A PGGuard holds no state and is safe
+// for concurrent use.
+type PGGuard struct {
+	// Table is the guarded table, "table" or "schema.table". Each part is quoted, so it is
+	// taken literally: "Inventory" is not "inventory", and a name cannot hold a dot.
+	Table string
+	// FenceColumn is the column that stores the fence, "fence" if empty. It is quoted as
+	// Table is.
+	FenceColumn string
+	// Compare says which fences are admitted against the stored one: AtLeast (the default,
+	// stored <= fence) or Newer (stored < fence).
+	Compare Comparison
+}
+
+func (g PGGuard) table() string {
+	return pgx.Identifier(strings.Split(g.Table, ".")).Sanitize()
+}
+
+func (g PGGuard) column() string {
+	if g.FenceColumn == "" {
+		return pgx.Identifier{"fence"}.Sanitize()
+	}
+	return pgx.Identifier{g.FenceColumn}.Sanitize()
+}
+
+// Migration returns the statement that adds the fence column to the guarded table, if it is
+// missing: ALTER TABLE <table> ADD COLUMN IF NOT EXISTS <fence> bigint NOT NULL DEFAULT 0.
+// Existing rows get 0, which every fence passes.
+func (g PGGuard) Migration() string {
+	return "ALTER TABLE " + g.table() + " ADD COLUMN IF NOT EXISTS " + g.column() + " bigint NOT NULL DEFAULT 0"
+}
+
+// Update changes the rows of the guarded table that match where, with set, and stores fence
+// in them, if fence passes the guard's comparison with the fence stored in each, in one
+// statement:
+//
+//	UPDATE <table> SET <set>, <fence> = $N WHERE (<where>) AND <fence> <= $N
+//
+// (< for Newer), where set and where are SQL fragments of the caller that use $1 to
+// $len(args) for args, and N is len(args)+1. It returns the number of rows changed, at
+// least 1, with a nil error.
+//
+// When no row changed, the same statement tells why: if a row matches where, its stored
+// fence refused the write, and Update counts the rejection in [Rejected] and returns an error
+// wrapping [ErrFenceRejected] with the stored and offered fence; if none matches, it returns
+// [ErrNoRow]. A rejection is not an SQL error: a transaction that db runs stays usable, and
+// the caller should roll it back. In read committed, a row changed or deleted by a concurrent
+// transaction while this statement waited for its lock counts as a rejection.
+//
+// An empty Table, set or where, a fence of 0 or above math.MaxInt64, or an unknown Compare
+// gives [ErrInvalidArgument] and runs nothing.
+func (g PGGuard) Update(ctx context.Context, db DB, fence uint64, set, where string, args ...any) (int64, error) {
+	var op string
+	switch g.Compare {
+	case AtLeast:
+		op = "<="
+	case Newer:
+		op = "<"
+	default:
+		return 0, fmt.Errorf("%w: unknown comparison %d", ErrInvalidArgument, g.Compare)
+	}
+	switch {
+	case nilcheck.Is(db):
+		return 0, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+	case g.Table == "" || strings.HasPrefix(g.Table, ".") || strings.HasSuffix(g.Table, ".") || strings.Contains(g.Table, ".."):
+		return 0, fmt.Errorf("%w: table %q", ErrInvalidArgument, g.Table)
+	case strings.TrimSpace(set) == "":
+		return 0, fmt.Errorf("%w: empty SET clause", ErrInvalidArgument)
+	case strings.TrimSpace(where) == "":
+		return 0, fmt.Errorf("%w: empty WHERE clause", ErrInvalidArgument)
+	case fence == 0 || fence > math.MaxInt64:
+		return 0, fmt.Errorf("%w: fence %d is not in 1..%d", ErrInvalidArgument, fence, int64(math.MaxInt64))
+	}
+
+	// The check runs in the same statement, and only when the update changed nothing (an
+	// initplan in an untaken CASE branch never executes). A second statement with where
+	// alone cannot be prepared when set uses a placeholder that where does not: PostgreSQL
+	// cannot type it. The check reads the statement's snapshot; max over a NULL fence gives
+	// -1, so that a row without a fence still counts as a match.
+	t, f, n := g.table(), g.column(), fmt.Sprintf("$%d", len(args)+1)
+	sql := "WITH fenced AS (UPDATE " + t + " SET " + set + ", " + f + " = " + n +
+		" WHERE (" + where + ") AND " + f + " " + op + " " + n + " RETURNING 1)" +
+		" SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(" + f + ", -1)) FROM " + t +
+		" WHERE (" + where + ")) END FROM (SELECT count(*) AS changed FROM fenced) AS c"
+
+	var (
+		changed int64
+		stored  *int64 // nil: no row matches where, or rows were changed
+	)
+	args = append(args[:len(args):len(args)], int64(fence))
+	if err := db.QueryRow(ctx, sql, args...).Scan(&changed, &stored); err != nil {
+		return 0, fmt.Errorf("fence: update %s: %w", g.Table, err)
+	}
+	switch {
+	case changed > 0:
+		return changed, nil
+	case stored == nil:
+		return 0, fmt.Errorf("%w in %s", ErrNoRow, g.Table)
+	case *stored < 0:
+		return 0, fmt.Errorf("%w: %s has a row whose fence is NULL (offered %d)", reject(), g.Table, fence)
+	case uint64(*stored) < fence || (g.Compare == AtLeast && uint64(*stored) == fence):
+		// The stored fence, as this statement's snapshot saw it, admits ours: a concurrent
+		// transaction changed the row while we waited for its lock.
+		return 0, fmt.Errorf("%w: %s changed concurrently (offered %d)", reject(), g.Table, fence)
+	default:
+		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", reject(), g.Table, *stored, fence)
+	}
+}

@@ -1,0 +1,151 @@
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/internal/nilcheck"
+)
+
+var (
+	//go:embed scripts/guardset.lua
+	guardSetLua    string
+	guardSetScript = redis.NewScript(guardSetLua)
+)
+
+// HashGetter is the part of a Redis client that [RedisGuard.Get] needs.
+// *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it.
+type HashGetter interface {
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+}
+
+var (
+	_ HashGetter = (*redis.Client)(nil)
+	_ HashGetter = (*redis.Ring)(nil)
+	_ HashGetter = (*redis.ClusterClient)(nil)
+)
+
+// RedisGuard stores values in Redis only for writers whose fence is not
+// older than the one stored with the value. It is the guard for a resource
+// whose data lives in Redis; the check and the write happen in one script on
+// the server, so a write that arrives late (a paused holder, a command the
+// server runs after its client gave up) is still checked when it lands.
+//
+// A guarded key is a hash of two fields: v, the value, and f, the fence of
+// the write that stored it, in decimal (HSET key v <value> f <fence>). One key
+// holds both so that one atomic step reads the fence and writes both, and so
+// that they expire together. Write guarded keys only through [RedisGuard.Set]:
+// a plain SET or HSET bypasses the fence.
+//
+// The zero value compares with [AtLeast]. A RedisGuard holds no state and is
+// safe for concurrent use.
+type RedisGuard struct {
+	// Compare says which fences are admitted against the stored one.
+	Compare Comparison
+}
+
+// Set stores value at key if fence passes the guard's comparison against the
+// fence stored with key, and stores fence with it; a key that does not exist
+// admits any fence. A ttl above 0 expires the key after ttl (millisecond
+// resolution); 0 means no expiry, and removes one an earlier Set gave.
+//
+// When a key expires, its fence goes with it and any writer is admitted
+// again, a stale one too: a ttl must outlast the longest time a stale holder
+// may still write (the lock's TTL plus the longest pause you plan for).
+//
+// Set returns nil once the value is stored. A refused write is counted in
+// [Rejected] and gives an error wrapping [ErrFenceRejected] with the stored
+// and the offered fence; the value is unchanged. A fence of 0, a negative or
+// sub-millisecond ttl, an empty key, a nil node or an unknown Compare give
+// [ErrInvalidArgument]. A key that holds another type, or a hash without a
+// fence, gives an error from the server (WRONGTYPE or ERR). Set waits at most
+// until ctx ends; a write given up may still be applied by the server later,
+// and is checked against the fence then.
+func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value string, fence uint64, ttl time.Duration) error {
+	switch {
+	case nilcheck.Is(node):
+		return fmt.Errorf("%w: nil node", ErrInvalidArgument)
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	case fence == 0:
+		// 0 is what Get reports for a key without a value; no counter mints it.
+		return fmt.Errorf("%w: fence 0", ErrInvalidArgument)
+	case ttl < 0 || (ttl > 0 && ttl < time.Millisecond):
+		return fmt.Errorf("%w: ttl %v is neither 0 nor at least 1ms", ErrInvalidArgument, ttl)
+	case g.Compare != AtLeast && g.Compare != Newer:
+		return fmt.Errorf("%w: unknown comparison %d", ErrInvalidArgument, g.Compare)
+	}
+	equal := 0
+	if g.Compare == AtLeast {
+		equal = 1
+	}
+	res, err := bounded(ctx, 0, guardSet, guardSetCall{node, key, value, fence, ttl.Milliseconds(), equal})
+	if err != nil {
+		return fmt.Errorf("fence: set %s: %w", key, err)
+	}
+	switch res := res.(type) {
+	case int64:
+		return nil
+	case string:
+		return fmt.Errorf("%w: %s holds fence %s, offered %d", reject(), key, res, fence)
+	default:
+		return fmt.Errorf("fence: set %s: unexpected reply %v (%T)", key, res, res)
+	}
+}
+
+type guardSetCall struct {
+	node        redis.Scripter
+	key, value  string
+	fence       uint64
+	ttlMs       int64
+	admitsEqual int
+}
+
+func guardSet(ctx context.Context, a guardSetCall) (any, error) {
+	return guardSetScript.Run(ctx, a.node, []string{a.key}, a.value, a.fence, a.ttlMs, a.admitsEqual).Result()
+}
+
+// Get returns the value stored at key and the fence it was stored with.
+// A key that does not exist gives ("", 0, nil): fence 0 is never stored, so
+// it tells "no value" apart from an empty value without a sentinel error,
+// and a caller that writes next needs no special case. A key that holds
+// another type, or a hash that is not a guarded value, gives an error. Get
+// waits at most until ctx ends.
+func (g RedisGuard) Get(ctx context.Context, node HashGetter, key string) (value string, fence uint64, err error) {
+	if nilcheck.Is(node) {
+		return "", 0, fmt.Errorf("%w: nil node", ErrInvalidArgument)
+	}
+	// HGETALL rather than HMGET v f: a hash with neither field must read as
+	// foreign, not as missing.
+	fields, err := bounded(ctx, 0, hashGet, hashGetCall{node, key})
+	if err != nil {
+		return "", 0, fmt.Errorf("fence: get %s: %w", key, err)
+	}
+	if len(fields) == 0 {
+		return "", 0, nil
+	}
+	v, vok := fields["v"]
+	f, fok := fields["f"]
+	if !vok || !fok {
+		return "", 0, fmt.Errorf("fence: get %s: not a guarded value (hash fields v and f)", key)
+	}
+	n, err := strconv.ParseUint(f, 10, 64)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("fence: get %s: stored fence %q is not a positive integer", key, f)
+	}
+	return v, n, nil
+}
+
+type hashGetCall struct {
+	node HashGetter
+	key  string
+}
+
+func hashGet(ctx context.Context, a hashGetCall) (map[string]string, error) {
+	return a.node.HGetAll(ctx, a.key).Result()
+}
