@@ -7,11 +7,15 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench bench-redis gobench lint fuzz deps clean
+.PHONY: test bench bench-redis bench-fencing soak gobench lint fuzz deps clean
+
+# Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
+# very run, so recipes that need initdb and postgres look for them when they start.
+WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | tail -n 1)"
 
 # Every test, with the race detector, after vet and a gofmt check.
 test: deps lint
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(WITHPG) $(GO) test -race -count=1 -timeout 12m $(PKGS)
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
 bench:
@@ -27,6 +31,14 @@ bench-redis: deps
 	bin/redlock-bench -backend redis-server -scenario dead -dead 3 -c 1 -d 5s -o json > docs/bench/dead3.json
 	bin/redlock-bench -backend redis-server -scenario scale -c 1,8 -d 3s -o json -plot docs/bench/scale.svg > docs/bench/scale.json
 
+# The seeds' duplicate-write benchmark: 1,000,000 jobs, unfenced and fenced.
+bench-fencing:
+	$(GO) run ./cmd/redlock-bench fencing $(ARGS)
+
+# The 500 acquisitions/s load test for longer than the suite runs it.
+soak: deps
+	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/fencing/
+
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./quorum/
@@ -40,14 +52,17 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./clockdrift/
 
-# redis-server from Debian's packages, when missing and we may install it.
+# redis-server and PostgreSQL from Debian's packages, when missing and we may install them.
 deps:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing redis-server"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+			echo "installing$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else \
-			echo "redis-server is missing: apt-get install redis-server" >&2; exit 1; \
+			echo "missing:$$missing (apt-get install$$missing)" >&2; exit 1; \
 		fi; \
 	fi
 	$(GO) mod download

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,25 @@ ON CONFLICT (resource) DO UPDATE SET value = quorumlock_fence.value + 1
 RETURNING value`
 	seedSQL = `INSERT INTO quorumlock_fence (resource, value) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET value = GREATEST(quorumlock_fence.value, EXCLUDED.value)`
+
+	// updateSQL is the statement of PGGuard.Update and Claim, for table (1), fence column (2),
+	// the SET assignments, the fence's last (3),
+	// where (4), the fence's placeholder number (5) and comparison (6). The check of why
+	// nothing changed runs in the same statement, and only then (an initplan in an untaken
+	// CASE branch never executes): a second statement with where alone could not be prepared
+	// when set uses a placeholder that where does not, since PostgreSQL could not type it.
+	// The check reads the statement's snapshot; a NULL fence reads as -1, so that such a row
+	// still counts as a match. A newline ends each fragment of the caller, so that a trailing
+	// "--" comment in one cannot comment out the rest.
+	updateSQL = `WITH fenced AS (
+	UPDATE %[1]s SET %[3]s
+	WHERE (%[4]s
+	) AND %[2]s %[6]s $%[5]d
+	RETURNING 1
+)
+SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(%[2]s, -1)) FROM %[1]s WHERE (%[4]s
+)) END
+FROM (SELECT count(*) AS changed FROM fenced) AS c`
 )
 
 // PGCounter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
@@ -158,19 +178,46 @@ func (g PGGuard) Migration() string {
 //	UPDATE <table> SET <set>, <fence> = $N WHERE (<where>) AND <fence> <= $N
 //
 // (< for Newer), where set and where are SQL fragments of the caller that use $1 to
-// $len(args) for args, and N is len(args)+1. It returns the number of rows changed, at
-// least 1, with a nil error.
+// $len(args) for args, and N is len(args)+1. The fragments run as SQL: never build them from
+// input, pass values in args. It returns the number of rows changed, at least 1, with a nil
+// error.
 //
 // When no row changed, the same statement tells why: if a row matches where, its stored
 // fence refused the write, and Update counts the rejection in [Rejected] and returns an error
 // wrapping [ErrFenceRejected] with the stored and offered fence; if none matches, it returns
 // [ErrNoRow]. A rejection is not an SQL error: a transaction that db runs stays usable, and
 // the caller should roll it back. In read committed, a row changed or deleted by a concurrent
-// transaction while this statement waited for its lock counts as a rejection.
+// transaction while this statement waited for its lock counts as a rejection. Each row is
+// checked on its own: when where matches rows with different stored fences, only those that
+// admit fence change, and the count says how many. A matching row whose fence is NULL refuses
+// every fence and gives an error that is neither of the two above.
 //
 // An empty Table, set or where, a fence of 0 or above math.MaxInt64, or an unknown Compare
 // gives [ErrInvalidArgument] and runs nothing.
 func (g PGGuard) Update(ctx context.Context, db DB, fence uint64, set, where string, args ...any) (int64, error) {
+	if strings.TrimSpace(set) == "" {
+		return 0, fmt.Errorf("%w: empty SET clause", ErrInvalidArgument)
+	}
+	return g.update(ctx, db, fence, set, where, args)
+}
+
+// Claim raises the fence stored in the rows that match where to fence, if
+// fence is not older, and changes nothing else: the same statement, check
+// and errors as [PGGuard.Update] with an empty SET. A holder claims the rows
+// it will decide on before it reads them; an older holder's write that
+// arrives later is then refused, even if the new holder has not written yet.
+// Without the claim, a stale write that lands between the new holder's read
+// and its write is accepted, and the new holder acts on what it read.
+// Claim needs the AtLeast comparison, since the holder's own writes that
+// follow carry the same fence: with Newer it returns [ErrInvalidArgument].
+func (g PGGuard) Claim(ctx context.Context, db DB, fence uint64, where string, args ...any) (int64, error) {
+	if g.Compare != AtLeast {
+		return 0, fmt.Errorf("%w: Claim needs the AtLeast comparison", ErrInvalidArgument)
+	}
+	return g.update(ctx, db, fence, "", where, args)
+}
+
+func (g PGGuard) update(ctx context.Context, db DB, fence uint64, set, where string, args []any) (int64, error) {
 	var op string
 	switch g.Compare {
 	case AtLeast:
@@ -183,27 +230,22 @@ func (g PGGuard) Update(ctx context.Context, db DB, fence uint64, set, where str
 	switch {
 	case nilcheck.Is(db):
 		return 0, fmt.Errorf("%w: nil database", ErrInvalidArgument)
-	case g.Table == "" || strings.HasPrefix(g.Table, ".") || strings.HasSuffix(g.Table, ".") || strings.Contains(g.Table, ".."):
+	case slices.Contains(strings.Split(g.Table, "."), ""):
 		return 0, fmt.Errorf("%w: table %q", ErrInvalidArgument, g.Table)
-	case strings.TrimSpace(set) == "":
-		return 0, fmt.Errorf("%w: empty SET clause", ErrInvalidArgument)
 	case strings.TrimSpace(where) == "":
 		return 0, fmt.Errorf("%w: empty WHERE clause", ErrInvalidArgument)
 	case fence == 0 || fence > math.MaxInt64:
 		return 0, fmt.Errorf("%w: fence %d is not in 1..%d", ErrInvalidArgument, fence, int64(math.MaxInt64))
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 
-	// The check runs in the same statement, and only when the update changed nothing (an
-	// initplan in an untaken CASE branch never executes). A second statement with where
-	// alone cannot be prepared when set uses a placeholder that where does not: PostgreSQL
-	// cannot type it. The check reads the statement's snapshot; max over a NULL fence gives
-	// -1, so that a row without a fence still counts as a match.
-	t, f, n := g.table(), g.column(), fmt.Sprintf("$%d", len(args)+1)
-	sql := "WITH fenced AS (UPDATE " + t + " SET " + set + ", " + f + " = " + n +
-		" WHERE (" + where + ") AND " + f + " " + op + " " + n + " RETURNING 1)" +
-		" SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(" + f + ", -1)) FROM " + t +
-		" WHERE (" + where + ")) END FROM (SELECT count(*) AS changed FROM fenced) AS c"
-
+	assign := fmt.Sprintf("%s = $%d", g.column(), len(args)+1)
+	if set != "" {
+		assign = set + "\n, " + assign // a line of its own: a trailing -- comment in set cannot hide it
+	}
+	sql := fmt.Sprintf(updateSQL, g.table(), g.column(), assign, where, len(args)+1, op)
 	var (
 		changed int64
 		stored  *int64 // nil: no row matches where, or rows were changed
@@ -218,7 +260,8 @@ func (g PGGuard) Update(ctx context.Context, db DB, fence uint64, set, where str
 	case stored == nil:
 		return 0, fmt.Errorf("%w in %s", ErrNoRow, g.Table)
 	case *stored < 0:
-		return 0, fmt.Errorf("%w: %s has a row whose fence is NULL (offered %d)", reject(), g.Table, fence)
+		// A misconfigured column, not a stale writer: not counted as a rejection.
+		return 0, fmt.Errorf("fence: update %s: a matching row has a NULL fence, which no fence passes; make the column NOT NULL (see Migration)", g.Table)
 	case uint64(*stored) < fence || (g.Compare == AtLeast && uint64(*stored) == fence):
 		// The stored fence, as this statement's snapshot saw it, admits ours: a concurrent
 		// transaction changed the row while we waited for its lock.

@@ -1,0 +1,535 @@
+package fence
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/pgtest"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// TestMain stops the PostgreSQL server that the tests of this package share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// pgDatabase returns a pool on a fresh database of the shared server, with schema.sql applied.
+func pgDatabase(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t)))
+	_, err := pool.Exec(t.Context(), schemaSQL)
+	require.NoError(t, err)
+	return pool
+}
+
+func newPGCounter(t *testing.T) (*pgxpool.Pool, *PGCounter) {
+	t.Helper()
+	pool := pgDatabase(t)
+	c, err := NewPGCounter(pool)
+	require.NoError(t, err)
+	return pool, c
+}
+
+func TestSchemaIdempotent(t *testing.T) {
+	t.Parallel()
+	pool := pgDatabase(t)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, schemaSQL)
+	require.NoError(t, err, "schema.sql twice")
+	_, err = pool.Exec(ctx, CounterSchema)
+	require.NoError(t, err, "CounterSchema after schema.sql")
+	_, err = pool.Exec(ctx, PGGuard{Table: "inventory"}.Migration())
+	require.NoError(t, err, "Migration after schema.sql")
+
+	_, err = pool.Exec(ctx, "INSERT INTO quorumlock_fence VALUES ('a:1', 0)")
+	require.Error(t, err, "the counter table refuses a value that is no fence")
+}
+
+func TestPGCounterMint(t *testing.T) {
+	t.Parallel()
+	pool, c := newPGCounter(t)
+	ctx := t.Context()
+	for want := uint64(1); want <= 5; want++ {
+		got, err := c.Mint(ctx, "alloc:WH-01")
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	var stored int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT value FROM quorumlock_fence WHERE resource = 'alloc:WH-01'").Scan(&stored))
+	assert.Equal(t, int64(5), stored)
+	other, err := c.Mint(ctx, "alloc:WH-02")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), other, "each resource has its own counter")
+}
+
+// TestPGCounterConcurrent: concurrent mints never repeat a value and leave no gap when nothing
+// fails.
+func TestPGCounterConcurrent(t *testing.T) {
+	t.Parallel()
+	_, c := newPGCounter(t)
+	const workers, each = 16, 50
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				v, err := c.Mint(t.Context(), "invoice:42")
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				assert.False(t, seen[v], "fence %d minted twice", v)
+				seen[v] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, workers*each)
+	for v := uint64(1); v <= workers*each; v++ {
+		assert.True(t, seen[v], "gap at %d", v)
+	}
+}
+
+func TestPGCounterSeed(t *testing.T) {
+	t.Parallel()
+	_, c := newPGCounter(t)
+	ctx := t.Context()
+	mint := func(resource string) uint64 {
+		t.Helper()
+		v, err := c.Mint(ctx, resource)
+		require.NoError(t, err)
+		return v
+	}
+
+	require.NoError(t, c.Seed(ctx, "a:1", 100), "a resource never minted")
+	assert.Equal(t, uint64(101), mint("a:1"))
+	require.NoError(t, c.Seed(ctx, "a:1", 50), "a lower seed")
+	assert.Equal(t, uint64(102), mint("a:1"), "Seed never lowers the counter")
+	require.NoError(t, c.Seed(ctx, "a:1", 102), "the current value")
+	assert.Equal(t, uint64(103), mint("a:1"))
+	require.NoError(t, c.Seed(ctx, "a:1", 1000))
+	assert.Equal(t, uint64(1001), mint("a:1"))
+
+	require.NoError(t, c.Seed(ctx, "b:1", 0), "a seed of 0 changes nothing")
+	assert.Equal(t, uint64(1), mint("b:1"))
+
+	require.NoError(t, c.Seed(ctx, "c:1", math.MaxInt64), "the largest seed")
+	_, err := c.Mint(ctx, "c:1")
+	require.Error(t, err, "the counter cannot go past a bigint")
+}
+
+func TestPGCounterBadInput(t *testing.T) {
+	t.Parallel()
+	var typedNil *pgxpool.Pool
+	_, err := NewPGCounter(nil)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = NewPGCounter(typedNil)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+
+	_, c := newPGCounter(t)
+	ctx := t.Context()
+	_, err = c.Mint(ctx, "")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorIs(t, c.Seed(ctx, "", 5), ErrInvalidArgument)
+	assert.ErrorIs(t, c.Seed(ctx, "a:1", math.MaxInt64+1), ErrInvalidArgument)
+
+	// A database without the counter table.
+	bare, err := NewPGCounter(pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t))))
+	require.NoError(t, err)
+	_, err = bare.Mint(ctx, "a:1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "quorumlock_fence")
+}
+
+func TestPGCounterContext(t *testing.T) {
+	t.Parallel()
+	pool, c := newPGCounter(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := c.Mint(ctx, "a:1")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, c.Seed(ctx, "a:1", 5), context.Canceled)
+
+	// A mint that waits for a row lock ends with its context, and the value it was about to
+	// take is never handed out twice.
+	v, err := c.Mint(t.Context(), "a:1")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), v)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(t.Context(), "SELECT value FROM quorumlock_fence WHERE resource = 'a:1' FOR UPDATE")
+	require.NoError(t, err)
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Mint(ctx, "a:1")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), time.Second)
+	require.NoError(t, tx.Rollback(t.Context()))
+	v, err = c.Mint(t.Context(), "a:1")
+	require.NoError(t, err)
+	assert.Greater(t, v, uint64(1))
+}
+
+// inventory returns a pool on a fresh database holding the inventory table of schema.sql, with
+// one row: sku WH-01, qty 10, fence 0.
+func inventory(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgDatabase(t)
+	_, err := pool.Exec(t.Context(), "INSERT INTO inventory (sku, qty) VALUES ('WH-01', 10)")
+	require.NoError(t, err)
+	return pool
+}
+
+// row returns qty and fence of an inventory row.
+func row(t *testing.T, db DB, sku string) (qty int, fence int64) {
+	t.Helper()
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT qty, fence FROM inventory WHERE sku = $1", sku).Scan(&qty, &fence))
+	return qty, fence
+}
+
+const (
+	setQty   = "qty = $1"
+	whereSKU = "sku = $2"
+)
+
+// TestPGGuardStaleHolder is the seed's scenario: the holder of fence 41 pauses past its lease,
+// the holder of fence 42 writes, and 41's late write is refused. Not parallel: it counts
+// Rejected.
+func TestPGGuardStaleHolder(t *testing.T) {
+	pool := inventory(t)
+	ctx := t.Context()
+	g := PGGuard{Table: "inventory"}
+
+	n, err := g.Update(ctx, pool, 41, setQty, whereSKU, 9, "WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	n, err = g.Update(ctx, pool, 42, setQty, whereSKU, 8, "WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+
+	before := Rejected()
+	n, err = g.Update(ctx, pool, 41, setQty, whereSKU, 7, "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected)
+	assert.Zero(t, n)
+	assert.Contains(t, err.Error(), "stores fence 42, offered 41")
+	assert.Equal(t, before+1, Rejected())
+	qty, fence := row(t, pool, "WH-01")
+	assert.Equal(t, 8, qty, "the row is unchanged")
+	assert.Equal(t, int64(42), fence)
+}
+
+// TestPGGuardComparison: AtLeast admits the holder's fence again, Newer once. Not parallel: it
+// counts Rejected.
+func TestPGGuardComparison(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		compare    Comparison
+		secondOK   bool
+		rejections uint64
+	}{
+		{"AtLeast", AtLeast, true, 0},
+		{"Newer", Newer, false, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := inventory(t)
+			g := PGGuard{Table: "inventory", Compare: tt.compare}
+			_, err := g.Update(t.Context(), pool, 7, setQty, whereSKU, 1, "WH-01")
+			require.NoError(t, err)
+
+			before := Rejected()
+			_, err = g.Update(t.Context(), pool, 7, setQty, whereSKU, 2, "WH-01")
+			qty, _ := row(t, pool, "WH-01")
+			if tt.secondOK {
+				require.NoError(t, err)
+				assert.Equal(t, 2, qty)
+			} else {
+				require.ErrorIs(t, err, ErrFenceRejected)
+				assert.Equal(t, 1, qty)
+			}
+			assert.Equal(t, before+tt.rejections, Rejected())
+		})
+	}
+}
+
+// TestPGGuardNoRow: a write to a row that does not exist is no rejection. Not parallel: it
+// counts Rejected.
+func TestPGGuardNoRow(t *testing.T) {
+	pool := inventory(t)
+	before := Rejected()
+	n, err := PGGuard{Table: "inventory"}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
+	require.ErrorIs(t, err, ErrNoRow)
+	assert.NotErrorIs(t, err, ErrFenceRejected)
+	assert.Zero(t, n)
+	assert.Equal(t, before, Rejected())
+}
+
+// TestPGGuardNullFence: a nullable fence column is a misconfiguration, reported as such and
+// not counted as a rejection. Not parallel: it counts Rejected.
+func TestPGGuardNullFence(t *testing.T) {
+	pool := pgDatabase(t)
+	_, err := pool.Exec(t.Context(), "CREATE TABLE loose (id int PRIMARY KEY, v int, fence bigint); INSERT INTO loose VALUES (1, 0, NULL)")
+	require.NoError(t, err)
+	before := Rejected()
+	_, err = PGGuard{Table: "loose"}.Update(t.Context(), pool, 5, "v = $1", "id = $2", 1, 1)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrFenceRejected)
+	assert.NotErrorIs(t, err, ErrNoRow)
+	assert.Contains(t, err.Error(), "NULL")
+	assert.Equal(t, before, Rejected())
+}
+
+// TestPGGuardRows: the count is of rows changed, and each row is checked on its own.
+func TestPGGuardRows(t *testing.T) {
+	t.Parallel()
+	pool := inventory(t)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, "INSERT INTO inventory VALUES ('WH-02', 10, 0), ('WH-03', 10, 9)")
+	require.NoError(t, err)
+	g := PGGuard{Table: "inventory"}
+	n, err := g.Update(ctx, pool, 5, "qty = qty - $1", "sku LIKE $2", 1, "WH-%")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n, "WH-03 stores fence 9")
+	qty, fence := row(t, pool, "WH-03")
+	assert.Equal(t, 10, qty)
+	assert.Equal(t, int64(9), fence)
+
+	// Placeholders in where only, in set only, and none at all.
+	n, err = g.Update(ctx, pool, 9, "qty = 0", "sku = $1", "WH-03")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	n, err = g.Update(ctx, pool, 10, "qty = $1", "sku = 'WH-03'", 4)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	n, err = g.Update(ctx, pool, 11, "qty = qty + 1", "true")
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), n)
+
+	// A trailing line comment in a fragment does not swallow the fence check.
+	n, err = g.Update(ctx, pool, 12, "qty = $1 -- restock", "sku = $2 -- one row", 50, "WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	_, err = g.Update(ctx, pool, 11, "qty = $1 -- restock", "sku = $2 -- one row", 60, "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected)
+	qty, _ = row(t, pool, "WH-01")
+	assert.Equal(t, 50, qty)
+}
+
+// TestPGGuardConcurrentNewer: writers racing with the same fence under Newer: exactly one
+// wins, whichever of them waited on the row lock is refused.
+func TestPGGuardConcurrentNewer(t *testing.T) {
+	t.Parallel()
+	pool := inventory(t)
+	g := PGGuard{Table: "inventory", Compare: Newer}
+	const writers = 8
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			_, err := g.Update(t.Context(), pool, 3, setQty, whereSKU, i, "WH-01")
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var won int
+	for err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		assert.ErrorIs(t, err, ErrFenceRejected)
+	}
+	assert.Equal(t, 1, won)
+	_, fence := row(t, pool, "WH-01")
+	assert.Equal(t, int64(3), fence)
+}
+
+// TestPGGuardIdentifiers: names are quoted, so they keep their case, may be schema-qualified,
+// and may hold characters SQL would otherwise read.
+func TestPGGuardIdentifiers(t *testing.T) {
+	t.Parallel()
+	pool := pgDatabase(t)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, `CREATE TABLE "Stock" (sku text PRIMARY KEY, qty int);
+CREATE SCHEMA shop; CREATE TABLE shop.stock (sku text PRIMARY KEY, qty int);
+CREATE TABLE stock (sku text PRIMARY KEY, qty int);
+INSERT INTO "Stock" VALUES ('a', 1); INSERT INTO shop.stock VALUES ('a', 1); INSERT INTO stock VALUES ('a', 1)`)
+	require.NoError(t, err)
+
+	for _, g := range []PGGuard{
+		{Table: "Stock"},
+		{Table: "shop.stock", FenceColumn: "Fence Token"},
+	} {
+		t.Run(g.Table, func(t *testing.T) {
+			for range 2 {
+				_, err := pool.Exec(ctx, g.Migration())
+				require.NoError(t, err, "Migration is idempotent: %s", g.Migration())
+			}
+			n, err := g.Update(ctx, pool, 3, setQty, whereSKU, 2, "a")
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), n)
+		})
+	}
+	var qty int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM "Stock"`).Scan(&qty))
+	assert.Equal(t, 2, qty)
+	var fence int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT qty, "Fence Token" FROM shop.stock`).Scan(&qty, &fence))
+	assert.Equal(t, 2, qty)
+	assert.Equal(t, int64(3), fence)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM stock`).Scan(&qty))
+	assert.Equal(t, 1, qty, "public.stock is another table")
+
+	_, err = PGGuard{Table: "stock; DROP TABLE stock"}.Update(ctx, pool, 3, setQty, whereSKU, 2, "a")
+	require.Error(t, err, "no such table")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM stock`).Scan(&qty), "and the name ran as no SQL")
+}
+
+// TestPGGuardTx: the guard works inside a transaction, and a rejection leaves it usable.
+func TestPGGuardTx(t *testing.T) {
+	t.Parallel()
+	pool := inventory(t)
+	ctx := t.Context()
+	g := PGGuard{Table: "inventory"}
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := g.Update(ctx, tx, 5, setQty, whereSKU, 4, "WH-01")
+		return err
+	}))
+	qty, fence := row(t, pool, "WH-01")
+	assert.Equal(t, 4, qty)
+	assert.Equal(t, int64(5), fence)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = g.Update(ctx, tx, 6, setQty, whereSKU, 3, "WH-01")
+	require.NoError(t, err)
+	_, err = g.Update(ctx, tx, 5, setQty, whereSKU, 2, "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected, "the transaction's own write raised the fence")
+	qty, fence = row(t, tx, "WH-01")
+	assert.Equal(t, 3, qty, "the transaction is still usable")
+	assert.Equal(t, int64(6), fence)
+	require.NoError(t, tx.Rollback(ctx))
+	qty, _ = row(t, pool, "WH-01")
+	assert.Equal(t, 4, qty, "rolled back")
+}
+
+// unreachable is a DB that fails the test when used.
+type unreachable struct{ t *testing.T }
+
+func (u unreachable) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	u.t.Error("Exec called")
+	return pgconn.CommandTag{}, errors.New("unreachable")
+}
+
+func (u unreachable) QueryRow(context.Context, string, ...any) pgx.Row {
+	u.t.Error("QueryRow called")
+	return nil
+}
+
+func TestPGGuardInvalid(t *testing.T) {
+	t.Parallel()
+	db := unreachable{t}
+	inv := PGGuard{Table: "inventory"}
+	tests := []struct {
+		name       string
+		g          PGGuard
+		db         DB
+		fence      uint64
+		set, where string
+	}{
+		{"nil db", inv, nil, 1, setQty, whereSKU},
+		{"empty table", PGGuard{}, db, 1, setQty, whereSKU},
+		{"empty schema", PGGuard{Table: ".inventory"}, db, 1, setQty, whereSKU},
+		{"empty table after schema", PGGuard{Table: "shop."}, db, 1, setQty, whereSKU},
+		{"empty set", inv, db, 1, " ", whereSKU},
+		{"empty where", inv, db, 1, setQty, ""},
+		{"fence 0", inv, db, 0, setQty, whereSKU},
+		{"fence above bigint", inv, db, math.MaxInt64 + 1, setQty, whereSKU},
+		{"unknown comparison", PGGuard{Table: "inventory", Compare: Comparison(7)}, db, 1, setQty, whereSKU},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := tt.g.Update(t.Context(), tt.db, tt.fence, tt.set, tt.where, 1, "WH-01")
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Zero(t, n)
+		})
+	}
+}
+
+func TestPGGuardMigration(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, `ALTER TABLE "inventory" ADD COLUMN IF NOT EXISTS "fence" bigint NOT NULL DEFAULT 0`,
+		PGGuard{Table: "inventory"}.Migration())
+	assert.Equal(t, `ALTER TABLE "shop"."Stock" ADD COLUMN IF NOT EXISTS "f""x" bigint NOT NULL DEFAULT 0`,
+		PGGuard{Table: "shop.Stock", FenceColumn: `f"x`}.Migration())
+}
+
+func TestPGGuardContext(t *testing.T) {
+	t.Parallel()
+	pool := inventory(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := PGGuard{Table: "inventory"}.Update(ctx, pool, 1, setQty, whereSKU, 1, "WH-01")
+	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// TestPGGuardClaim: a claim raises the row's fence before the new holder
+// reads, so the stale holder's write that lands after it is refused although
+// the new holder has not written yet. Not parallel: it counts Rejected.
+func TestPGGuardClaim(t *testing.T) {
+	pool := inventory(t)
+	ctx := t.Context()
+	g := PGGuard{Table: "inventory"}
+
+	n, err := g.Claim(ctx, pool, 42, "sku = $1", "WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	qty, fence := row(t, pool, "WH-01")
+	assert.Equal(t, 10, qty, "a claim changes nothing but the fence")
+	assert.Equal(t, int64(42), fence)
+
+	before := Rejected()
+	_, err = g.Update(ctx, pool, 41, setQty, whereSKU, 1, "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected, "the stale write after the claim")
+	_, err = g.Claim(ctx, pool, 41, "sku = $1", "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected, "a stale claim")
+	assert.Equal(t, before+2, Rejected())
+
+	_, err = g.Update(ctx, pool, 42, setQty, whereSKU, 9, "WH-01")
+	require.NoError(t, err, "the claimant writes with its own fence")
+	qty, _ = row(t, pool, "WH-01")
+	assert.Equal(t, 9, qty)
+
+	_, err = g.Claim(ctx, pool, 43, "sku = $1", "WH-99")
+	assert.ErrorIs(t, err, ErrNoRow)
+	_, err = PGGuard{Table: "inventory", Compare: Newer}.Claim(ctx, pool, 50, "sku = $1", "WH-01")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = g.Claim(ctx, pool, 50, " ", "WH-01")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
