@@ -1,14 +1,26 @@
-// Package fence mints fencing tokens: integers that strictly increase for a
-// resource, taken from one authoritative counter after a lock is won. The
-// storage that a lock protects compares the token of each write with the
-// newest it has seen and rejects older ones, which is what makes a write safe
-// when a lock holder was paused past its lease.
+// Package fence mints fencing tokens and makes storage check them: the
+// correctness half of quorumlock, beside the efficiency lock of package
+// redlock. A token is an integer that strictly increases for a resource,
+// taken from one authoritative counter after a lock is won. The storage that
+// the lock protects keeps the newest token it has accepted and refuses
+// writes that carry an older one, which is what makes a write safe when a
+// lock holder was paused past its lease.
 //
-// A [Minter] is the counter. [RedisCounter] keeps it as INCR fence:<resource>
-// on one dedicated Redis node, which must not be one of the lock's masters
-// and must not lose writes (appendonly with appendfsync always, and the
-// noeviction policy): a counter that restarts empty hands out small tokens
-// again, and storage would then reject every honest writer.
+// Counters ([Minter]): [RedisCounter] keeps INCR fence:<resource> on one
+// dedicated Redis node, which must not be one of the lock's masters and must
+// not lose writes ([RedisCounter.CheckDurability] checks appendonly,
+// appendfsync and the eviction policy); it refuses to hand out a token
+// smaller than one it minted before ([ErrCounterRegressed]), and
+// [RedisCounter.Seed] raises a counter after a loss. [PGCounter] keeps the
+// counter in a PostgreSQL table instead.
+//
+// Guards: [PGGuard] runs a caller's UPDATE only when the row's fence is not
+// newer than the writer's, in one statement, and [PGGuard.Claim] takes rows
+// for a holder before it reads them; [RedisGuard] does the same for values
+// kept in Redis. A refused write returns [ErrFenceRejected] and is counted
+// in [Rejected] (lock_fence_rejected_total). Zero rows changed is never
+// success. docs/fencing.md explains the model, the claim-then-write pattern
+// and the <= versus < choice ([AtLeast], [Newer]).
 //
 // The package does not take locks; see the redlock package.
 package fence

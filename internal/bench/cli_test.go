@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/internal/bench"
+	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 )
@@ -381,4 +382,33 @@ func TestFencingBadFlags(t *testing.T) {
 		assert.Equal(t, bench.ExitUsage, code, args)
 		assert.Contains(t, errOut, "usage: redlock-bench fencing", args)
 	}
+}
+
+// TestFencingPostgres: the same command with the storage in PostgreSQL
+// (-pg-dsn); its tables are dropped afterwards.
+func TestFencingPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	dsn := srv.DSN("postgres")
+	code, out, errOut := run(t, "fencing", "-jobs", "1500", "-skus", "40", "-c", "16", "-ttl", "30ms",
+		"-node-timeout", "10ms", "-pause", "80ms", "-pause-rate", "0.01", "-o", "json", "-pg-dsn", dsn)
+	require.Equal(t, bench.ExitOK, code, errOut)
+	var rep bench.FencingReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	assert.Equal(t, "postgresql", rep.Storage)
+	assert.NotEmpty(t, rep.PGVersion)
+	require.Len(t, rep.Results, 2)
+	assert.Positive(t, rep.Results[0].Duplicates)
+	assert.Zero(t, rep.Results[1].Duplicates)
+	assert.Positive(t, rep.Results[1].Rejections)
+
+	pool := pgtest.Pool(t, dsn)
+	var tables int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_tables WHERE tablename LIKE 'quorumlock_bench_%'`).Scan(&tables))
+	assert.Zero(t, tables, "the run's tables are dropped")
+
+	code, _, errOut = run(t, "fencing", "-jobs", "10", "-pg-dsn", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2")
+	assert.Equal(t, bench.ExitError, code)
+	assert.Contains(t, errOut, "PostgreSQL")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
 }

@@ -8,26 +8,33 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/fencing"
+	"quorumlock.dev/internal/pgserver"
 	"quorumlock.dev/redlock"
 )
 
 // FencingReport is the result of `redlock-bench fencing`: the same jobs run
 // once without the fence and once with it.
 type FencingReport struct {
-	Backend    string           `json:"backend"`
-	Storage    string           `json:"storage"` // memory or postgresql
-	Servers    []ServerInfo     `json:"servers"`
-	Started    time.Time        `json:"started"`
-	GoMaxProcs int              `json:"gomaxprocs"`
-	Config     FencingConfig    `json:"config"`
-	Results    []fencing.Result `json:"results"`
+	Backend   string `json:"backend"`
+	Storage   string `json:"storage"` // memory or postgresql
+	PGVersion string `json:"pg_version,omitempty"`
+	// CounterDurability is what fence.RedisCounter.CheckDurability said of
+	// the fence node: "ok", or why the counter could lose fences.
+	CounterDurability string           `json:"counter_durability"`
+	Servers           []ServerInfo     `json:"servers"`
+	Started           time.Time        `json:"started"`
+	GoMaxProcs        int              `json:"gomaxprocs"`
+	Config            FencingConfig    `json:"config"`
+	Results           []fencing.Result `json:"results"`
 }
 
 // FencingConfig repeats the run's settings.
@@ -48,6 +55,7 @@ type fencingInvocation struct {
 	masters int
 	nodeTO  time.Duration
 	format  string
+	pgDSN   string
 }
 
 func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
@@ -67,6 +75,7 @@ func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
 	fs.Float64Var(&c.PauseRate, "pause-rate", 0.003, "fraction of jobs whose first holder pauses past its lease (0.003: the seeds' 0.3%)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "picks the paused jobs; both passes pause the same ones")
 	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
+	fs.StringVar(&inv.pgDSN, "pg-dsn", "", "store in this PostgreSQL database (tables with a random prefix, dropped afterwards); with -backend redis-server and no -pg-dsn the run starts a throw-away PostgreSQL")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench fencing [flags]\n\nThe seeds' benchmark: duplicate writes over N allocation jobs, without and with the fence enforced by the storage.\n\n")
 		fs.PrintDefaults()
@@ -163,6 +172,15 @@ func runFencing(ctx context.Context, inv *fencingInvocation) (*FencingReport, er
 		redlock.WithNodeTimeout(inv.nodeTO),
 		redlock.WithRetry(0, time.Millisecond, 2*time.Millisecond), // until ctx: every job must be done
 	}
+	rep.CounterDurability = "ok"
+	if err := counter.CheckDurability(ctx); err != nil {
+		rep.CounterDurability = oneLine(err)
+	}
+	newStore, closeStorage, err := openStorage(ctx, inv, env, rep)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStorage()
 	for _, fenced := range []bool{false, true} {
 		opts := base
 		if fenced {
@@ -172,7 +190,7 @@ func runFencing(ctx context.Context, inv *fencingInvocation) (*FencingReport, er
 		if err != nil {
 			return nil, err
 		}
-		store := fencing.NewMemoryStore()
+		store := newStore()
 		res, err := fencing.Run(ctx, c, client, store)
 		_ = store.Close()
 		if err != nil {
@@ -183,8 +201,51 @@ func runFencing(ctx context.Context, inv *fencingInvocation) (*FencingReport, er
 	return rep, nil
 }
 
+// openStorage picks the storage: PostgreSQL when -pg-dsn is given or the
+// run starts real servers, memory otherwise.
+func openStorage(ctx context.Context, inv *fencingInvocation, env *Env, rep *FencingReport) (func() fencing.Store, func(), error) {
+	dsn := inv.pgDSN
+	var srv *pgserver.Server
+	if dsn == "" && inv.backend.Kind == "redis-server" {
+		var err error
+		if srv, err = pgserver.Start(ctx, pgserver.Options{}); err != nil {
+			return nil, nil, fmt.Errorf("bench: start PostgreSQL: %w", err)
+		}
+		dsn = srv.DSN("postgres")
+	}
+	if dsn == "" {
+		return func() fencing.Store { return fencing.NewMemoryStore() }, func() {}, nil
+	}
+	stop := func() {
+		if srv != nil {
+			_ = srv.Stop()
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("bench: -pg-dsn: %w", err)
+	}
+	cfg.MaxConns = int32(inv.cfg.Workers + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.QueryRow(ctx, "SHOW server_version").Scan(&rep.PGVersion)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		stop()
+		return nil, nil, fmt.Errorf("bench: cannot reach PostgreSQL: %w", err)
+	}
+	rep.Storage = "postgresql"
+	prefix := "quorumlock_bench_" + strings.ReplaceAll(strings.TrimPrefix(env.Prefix, "redlock-bench-"), "-", "_")
+	return func() fencing.Store { return fencing.NewPGStore(pool, prefix) }, func() { pool.Close(); stop() }, nil
+}
+
 func writeFencingText(w io.Writer, r *FencingReport) error {
-	fmt.Fprintf(w, "backend: %s, storage: %s, started %s, GOMAXPROCS %d\n", r.Backend, r.Storage, r.Started.Format(time.RFC3339), r.GoMaxProcs)
+	fmt.Fprintf(w, "backend: %s, storage: %s %s, started %s, GOMAXPROCS %d\n", r.Backend, r.Storage, r.PGVersion, r.Started.Format(time.RFC3339), r.GoMaxProcs)
+	fmt.Fprintf(w, "fence counter durability: %s\n", r.CounterDurability)
 	c := r.Config
 	fmt.Fprintf(w, "jobs %d over %d SKUs, %d workers, %d master(s), ttl %v, %.2f%% of holders pause %v\n\n",
 		c.Jobs, c.SKUs, c.Workers, c.Masters, time.Duration(c.TTLms*float64(time.Millisecond)), 100*c.PauseRate,

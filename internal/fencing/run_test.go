@@ -11,6 +11,7 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/embedded"
+	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/redlock"
 )
 
@@ -98,4 +99,30 @@ func TestConfigValidate(t *testing.T) {
 		assert.Error(t, c.Validate(), "%+v", c)
 	}
 	assert.NoError(t, proofConfig.Validate())
+}
+
+// TestPGStoreProof: the same proof on PostgreSQL, with the guard's SQL.
+func TestPGStoreProof(t *testing.T) {
+	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t)))
+	cfg := proofConfig
+	cfg.Jobs = 1500
+	for _, fenced := range []bool{false, true} {
+		store := NewPGStore(pool, "proof")
+		res, err := Run(context.Background(), cfg, lockClient(t, fenced), store)
+		require.NoError(t, err)
+		t.Logf("%+v", res)
+		audit, err := store.Audit(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, audit.Shipments, audit.Taken, "every shipment took one unit")
+		require.NoError(t, store.Close())
+		assert.Positive(t, res.Pauses)
+		assert.Equal(t, cfg.Jobs, res.Orders)
+		assert.Zero(t, res.Errors, res.FirstError)
+		if fenced {
+			assert.Zero(t, res.Duplicates)
+			assert.Positive(t, res.Rejections)
+		} else {
+			assert.Positive(t, res.Duplicates)
+		}
+	}
 }
