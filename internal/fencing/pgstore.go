@@ -40,6 +40,8 @@ func (s *PGStore) Setup(ctx context.Context, skus int, qty int64) error {
 		"CREATE TABLE " + s.stock + " (sku int PRIMARY KEY, qty bigint NOT NULL)",
 		s.guard.Migration(),
 		"CREATE TABLE " + s.shipments + " (id bigserial PRIMARY KEY, order_id bigint NOT NULL, sku int NOT NULL, fence bigint NOT NULL)",
+		// Not unique: a duplicate must be able to land, so that it can be counted.
+		"CREATE INDEX ON " + s.shipments + " (order_id)",
 		"INSERT INTO " + s.stock + " (sku, qty) SELECT g, $1 FROM generate_series(0, $2 - 1) AS g",
 	}
 	for _, q := range stmts {
