@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -92,14 +91,9 @@ func TestOpenEmbeddedPrefixesDiffer(t *testing.T) {
 
 func TestOpenRedisServer(t *testing.T) {
 	t.Parallel()
+	redistest.Need(t)
 	ctx := t.Context()
 	e, err := Open(ctx, BackendConfig{Kind: "redis-server", Masters: 3})
-	switch {
-	case errors.Is(err, redisserver.ErrNotInstalled) && os.Getenv("CI") == "true":
-		t.Fatalf("%v; CI must install it", err)
-	case errors.Is(err, redisserver.ErrNotInstalled):
-		t.Skip(err)
-	}
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 
