@@ -144,7 +144,7 @@ func address(m any) (string, bool) {
 	return "", false
 }
 
-// Masters is the number of masters; Quorum is how many of them make a majority.
+// Masters is the number of masters the client locks on.
 func (c *Client) Masters() int { return len(c.masters) }
 
 // Quorum is the number of masters that make a majority: Masters()/2 + 1.
