@@ -13,9 +13,10 @@ COUNT   ?= 1
 # very run, so recipes that need initdb and postgres look for them when they start.
 WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | tail -n 1)"
 
-# Every test, with the race detector, after vet and a gofmt check.
+# Every test, with the race detector, after vet and a gofmt check. One package at a time (-p 1):
+# the fault and load tests start real servers and must not share two cores with another package's.
 test: deps lint
-	$(WITHPG) $(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
 bench:

@@ -49,7 +49,7 @@ type Result struct {
 	Mode        string  `json:"mode"` // fenced or unfenced
 	Jobs        int64   `json:"jobs"`
 	Pauses      int64   `json:"pauses"`      // holders paused past their lease
-	Redelivered int64   `json:"redelivered"` // jobs handed to a second worker
+	Redelivered int64   `json:"redelivered"` // jobs handed out again: their holder paused, lost its lease or failed
 	Shipments   int64   `json:"shipments"`
 	Orders      int64   `json:"orders"`     // distinct orders shipped
 	Duplicates  int64   `json:"duplicates"` // shipments beyond the first of an order
@@ -62,6 +62,7 @@ type Result struct {
 type job struct {
 	order    int64
 	delivery int
+	paused   bool // a holder of this job has paused already: a job pauses once
 }
 
 // Run ships cfg.Jobs orders through client and store: fenced when the
@@ -152,6 +153,7 @@ func (r *runner) handle(ctx context.Context, j job) {
 	if err != nil {
 		if ctx.Err() == nil {
 			r.failed(err)
+			r.redeliver(ctx, j, 0)
 		}
 		return
 	}
@@ -161,29 +163,54 @@ func (r *runner) handle(ctx context.Context, j job) {
 		r.fenced.Store(true)
 	}
 	shipped, err := r.store.Begin(ctx, sku, j.order, f)
-	if r.failed(err) || shipped {
+	if r.failed(err) {
+		r.redeliver(ctx, j, 0) // no ack: the queue hands the job out again
 		return
 	}
-	if j.delivery == 1 && r.paused(j.order) {
+	if shipped {
+		return
+	}
+	if !j.paused && r.paused(j.order) {
+		j.paused = true
 		r.pauses.Add(1)
 		// The queue sees no ack within the lease and hands the job to
 		// another worker, while this holder sleeps through its lease.
-		r.redelivered.Add(1)
-		r.pending.Add(1)
-		time.AfterFunc(r.cfg.TTL, func() {
-			select {
-			case r.queue <- job{order: j.order, delivery: 2}:
-			case <-ctx.Done():
-				r.pending.Done()
-			}
-		})
+		r.redeliver(ctx, j, r.cfg.TTL)
 		select {
 		case <-time.After(r.cfg.Pause):
 		case <-ctx.Done():
 			return
 		}
+		// Whatever happens to this write, the job is already out again.
+		r.failed(r.store.Ship(ctx, sku, j.order, f))
+		return
 	}
-	r.failed(r.store.Ship(ctx, sku, j.order, f))
+	if r.failed(r.store.Ship(ctx, sku, j.order, f)) {
+		r.redeliver(ctx, j, 0)
+	}
+}
+
+// maxDeliveries bounds how often one job is handed out: a job that fails
+// for good must not loop for ever.
+const maxDeliveries = 20
+
+// redeliver hands j out again after delay, as a queue does with a job that
+// was not acknowledged: its holder paused, or lost its lease (a rejected
+// fence) or failed.
+func (r *runner) redeliver(ctx context.Context, j job, delay time.Duration) {
+	if j.delivery >= maxDeliveries || ctx.Err() != nil {
+		return
+	}
+	r.redelivered.Add(1)
+	r.pending.Add(1)
+	next := job{order: j.order, delivery: j.delivery + 1, paused: j.paused}
+	time.AfterFunc(delay, func() {
+		select {
+		case r.queue <- next:
+		case <-ctx.Done():
+			r.pending.Done()
+		}
+	})
 }
 
 // failed counts err and reports whether there was one.
