@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"quorumlock.dev/internal/childproc"
 	"quorumlock.dev/internal/embedded"
 	"quorumlock.dev/internal/redisserver"
 )
@@ -546,13 +547,9 @@ func deleteRunKeys(ctx context.Context, addr, prefix string) error {
 // every connection. The port is free when FreeAddr returns; another process may take it
 // later, so use the address soon.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := childproc.FreePort()
 	if err != nil {
-		return "", fmt.Errorf("bench: find a free port: %w", err)
+		return "", fmt.Errorf("bench: %w", err)
 	}
-	addr := ln.Addr().(*net.TCPAddr)
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("bench: find a free port: %w", err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port)), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"quorumlock.dev/internal/childproc"
 )
 
 // ErrNotInstalled is returned by [Start] when initdb or postgres is not found on PATH.
@@ -116,7 +118,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = childproc.FreePort(); err != nil {
 			break
 		}
 		var busy bool
@@ -194,17 +196,6 @@ func (s *Server) prepare(ctx context.Context, initdb string) error {
 	return nil
 }
 
-// freePort asks the kernel for a free port. The port is free only until someone else takes it,
-// which is why Start retries when postgres cannot bind it.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgserver: find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // launch starts the postmaster on s.port and waits until it accepts a connection. busy reports
 // that it failed because the port was taken.
 func (s *Server) launch(ctx context.Context, postgres string) (busy bool, err error) {
@@ -251,7 +242,7 @@ func (s *Server) launch(ctx context.Context, postgres string) (busy bool, err er
 
 	if err := s.waitReady(ctx); err != nil {
 		s.kill()
-		log := readLog(logPath, logStart)
+		log := childproc.LogSince(logPath, logStart, logTailBytes)
 		busy := strings.Contains(log, "Address already in use")
 		return busy, fmt.Errorf("pgserver: start %s on %s: %w\n--- %s ---\n%s", postgres, s.Addr(), err, logPath, log)
 	}
@@ -301,25 +292,6 @@ func (s *Server) probe(ctx context.Context) error {
 // tail returns at most the last logTailBytes of b.
 func tail(b []byte) string {
 	return string(b[max(0, len(b)-logTailBytes):])
-}
-
-// readLog returns what the log gained since offset from, at most its last logTailBytes.
-func readLog(path string, from int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err.Error()
-	}
-	from = max(from, fi.Size()-logTailBytes)
-	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
 }
 
 // Addr returns the server's "127.0.0.1:port" address.

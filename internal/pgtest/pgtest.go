@@ -123,7 +123,7 @@ func missing(t testing.TB, err error) {
 		t.Fatalf("pgtest: %v; CI must install it (%s)", err, install)
 	}
 	// Outside CI only: under CI=true the line above fails instead.
-	t.Skipf("pgtest: %v; install it (%s) to run this test", err, install)
+	t.Skipf("pgtest: %v; install it (%s) to run this test (outside CI only: CI=true fails)", err, install)
 }
 
 var databases atomic.Uint64

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"quorumlock.dev/internal/childproc"
 )
 
 // ErrNotInstalled is returned by [Start] when Options.Binary is empty and no redis-server is
@@ -104,7 +105,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	defer s.mu.Unlock()
 	var err error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if s.port, err = freePort(); err != nil {
+		if s.port, err = childproc.FreePort(); err != nil {
 			break
 		}
 		var busy bool
@@ -119,17 +120,6 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// freePort asks the kernel for a free port. The port is free only until someone else takes it,
-// which is why Start retries when redis-server cannot bind it.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redisserver: find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // launch starts a process on s.port and waits until it answers. busy reports that it failed
@@ -176,7 +166,7 @@ func (s *Server) launch(ctx context.Context) (busy bool, err error) {
 
 	if err := waitReady(ctx, s.Addr(), p); err != nil {
 		s.kill()
-		tail := readLog(logPath, logStart)
+		tail := childproc.LogSince(logPath, logStart, logTailBytes)
 		busy := strings.Contains(tail, "Address already in use")
 		return busy, fmt.Errorf("redisserver: start %s on %s: %w\n--- %s ---\n%s",
 			s.binary, s.Addr(), err, logPath, tail)
@@ -211,25 +201,6 @@ func waitReady(ctx context.Context, addr string, p *proc) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// readLog returns what the log gained since offset from, at most its last logTailBytes.
-func readLog(path string, from int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err.Error()
-	}
-	from = max(from, fi.Size()-logTailBytes)
-	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
 }
 
 // Addr returns the server's "127.0.0.1:port" address.

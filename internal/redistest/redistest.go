@@ -82,7 +82,7 @@ func missing(t testing.TB, err error) {
 		t.Fatalf("redistest: %v; CI must install it (apt-get install redis-server)", err)
 	}
 	// Outside CI only: under CI=true the line above fails instead.
-	t.Skipf("redistest: %v; install it (apt-get install redis-server) to run this test", err)
+	t.Skipf("redistest: %v; install it (apt-get install redis-server) to run this test (outside CI only: CI=true fails)", err)
 }
 
 // Client returns a client for addr that is closed when the test ends. It never retries, so
