@@ -101,7 +101,7 @@ func ExampleRound_Undo() {
 		defer mu.Unlock()
 		return slices.Sorted(slices.Values(undone))
 	}
-	r.Undo(time.Second, func(node int) {
+	r.Undo(context.Background(), time.Second, func(_ context.Context, node int) {
 		mu.Lock()
 		defer mu.Unlock()
 		undone = append(undone, node)

@@ -37,19 +37,30 @@ type Round struct {
 	TimedOut bool
 
 	nodes    []node
-	deadline time.Time   // start + timeout
-	timer    *time.Timer // Do's, reused by Undo
+	deadline time.Time       // start + timeout
+	calls    context.Context // the calls' context: done at the deadline or once every call returned
+	cancel   context.CancelFunc
 
 	mu        sync.Mutex
 	decided   bool // the round has ended; later results are not counted
 	returnedN int  // calls that have returned
-	undo      func(node int)
-	cutoff    bool      // Undo no longer waits for undos that start from now on
-	waited    int       // undos started before the cutoff
-	waitedEnd int       // ... and finished
-	lastStart time.Time // when the last of them started
-	changed   chan struct{}
-	undoing   sync.WaitGroup
+	undo      func(context.Context, int)
+	// The undos that start by undoBy (the later of the round's deadline and
+	// the call to Undo) share undoCtx, which ends timeout after undoBy; a
+	// later one gets its own from undoParent and undoTimeout.
+	undoCtx     context.Context
+	undoEnd     context.CancelFunc
+	undoBy      time.Time
+	undoParent  context.Context
+	undoTimeout time.Duration
+	sharing     int       // undos started on undoCtx
+	shared      int       // ... and finished
+	lastStart   time.Time // when the last undo Undo waits for started
+	cutoff      bool      // Undo no longer waits for undos that start from now on
+	waited      int       // undos started before the cutoff
+	waitedEnd   int       // ... and finished
+	changed     chan struct{}
+	undoing     sync.WaitGroup
 }
 
 // node is one node's part of a Round. answer and err are written by Do
@@ -99,21 +110,22 @@ func (r *Round) Nodes() int { return len(r.nodes) }
 // of zero or less, or more than n, waits for every node (still bounded by
 // timeout and ctx).
 //
-// Do passes ctx to every call unchanged; the timeout is enforced by Do, not
-// through the context, so it holds even for clients that ignore deadlines.
+// Each call gets one context shared by the round: ctx with the round's
+// deadline (its start plus timeout), so a client that honours deadlines
+// gives up in time. Do enforces the timeout itself too, so it holds for
+// clients that ignore deadlines; such a call keeps running after the round.
 func Do(ctx context.Context, n, need int, timeout time.Duration, call Call) *Round {
 	waitAll := need <= 0 || need > n
 	r := &Round{nodes: make([]node, n), deadline: time.Now().Add(timeout)}
 	if n == 0 {
 		return r
 	}
+	r.calls, r.cancel = context.WithDeadline(ctx, r.deadline)
 	results := make(chan result, n)
 	for i := 0; i < n; i++ {
-		go r.run(ctx, i, call, results)
+		go r.run(i, call, results)
 	}
 
-	r.timer = time.NewTimer(timeout)
-	defer r.timer.Stop()
 	var ctxErr error
 	answered := 0
 wait:
@@ -121,15 +133,22 @@ wait:
 		select {
 		case res := <-results:
 			answered++
+			if res.err != nil && !time.Now().Before(r.deadline) {
+				// Failed at the deadline (a client that honours the round's
+				// context): it did not answer in time.
+				r.TimedOut = true
+				break wait
+			}
 			r.record(res)
 			if !waitAll && (r.Agreed >= need || r.Refused+r.Failed > n-need) {
 				break wait
 			}
-		case <-r.timer.C:
-			r.TimedOut = true
-			break wait
-		case <-ctx.Done():
-			ctxErr = ctx.Err()
+		case <-r.calls.Done():
+			// The deadline passed, ctx ended, or every call returned (its
+			// result is then in results, and read below).
+			if ctxErr = ctx.Err(); ctxErr == nil && !time.Now().Before(r.deadline) {
+				r.TimedOut = true
+			}
 			break wait
 		}
 	}
@@ -138,7 +157,9 @@ wait:
 	r.decided = true
 	// Results sent before the lock was taken belong to the round.
 	for len(results) > 0 {
-		r.record(<-results)
+		if res := <-results; res.err == nil || !r.TimedOut {
+			r.record(res)
+		}
 	}
 	r.mu.Unlock()
 	for i := range r.nodes {
@@ -178,30 +199,58 @@ func (r *Round) record(res result) {
 	}
 }
 
-func (r *Round) run(ctx context.Context, node int, call Call, results chan<- result) {
-	agreed, err := call(ctx, node)
+func (r *Round) run(node int, call Call, results chan<- result) {
+	agreed, err := call(r.calls, node)
 	r.mu.Lock()
 	r.nodes[node].returned = true
 	r.returnedN++
+	last := r.returnedN == len(r.nodes)
 	if !r.decided {
 		results <- result{node, agreed, err} // buffered: never blocks
 	}
 	undo, waited := r.undo, false
-	if undo != nil && !r.cutoff {
-		waited = true
-		r.waited++
-		r.lastStart = time.Now()
+	var ctx context.Context // nil: runUndo makes one
+	if undo != nil {
+		now := time.Now()
+		if !r.cutoff {
+			waited = true
+			r.waited++
+			r.lastStart = now
+		}
+		if !now.After(r.undoBy) {
+			r.sharing++
+			ctx = r.undoCtx
+		}
 	}
 	r.mu.Unlock()
+	if last {
+		r.cancel()
+	}
 	if undo != nil {
 		r.signal()
-		r.runUndo(undo, node, waited)
+		r.runUndo(ctx, undo, node, waited)
 	}
 }
 
-func (r *Round) runUndo(undo func(int), node int, waited bool) {
+// runUndo runs undo for node on ctx, the shared context, or on a context of
+// its own when ctx is nil.
+func (r *Round) runUndo(ctx context.Context, undo func(context.Context, int), node int, waited bool) {
 	defer r.undoing.Done()
-	undo(node)
+	if ctx == nil {
+		own, cancel := context.WithTimeout(r.undoParent, r.undoTimeout)
+		undo(own, node)
+		cancel()
+	} else {
+		undo(ctx, node)
+		r.mu.Lock()
+		r.shared++
+		// Done with the shared context once no undo can start on it any more.
+		done := r.shared == r.sharing && (r.returnedN == len(r.nodes) || time.Now().After(r.undoBy))
+		r.mu.Unlock()
+		if done {
+			r.undoEnd()
+		}
+	}
 	if waited {
 		r.mu.Lock()
 		r.waitedEnd++
@@ -219,22 +268,24 @@ func (r *Round) signal() {
 	}
 }
 
-// Undo runs undo(node) for every node of the round, each only after that
-// node's call has returned: at once for calls that have returned, and for
-// calls still running, as soon as each returns. Undo or UndoUntil must be
-// called at most once, after Do returned.
+// Undo runs undo(ctx, node) for every node of the round, each only after
+// that node's call has returned: at once for calls that have returned, and
+// for calls still running, as soon as each returns. Undo or UndoUntil must
+// be called at most once, after Do returned.
+//
+// Each undo's context is ctx with a deadline: timeout after the later of
+// the round's deadline and the call to Undo for the undos that start by
+// then (they share one context), timeout after its start for a later one.
+// Pass a ctx that the caller's cancellation does not reach
+// ([context.WithoutCancel]) when the undo must happen anyway.
 //
 // Undo waits for the undos of the responsive nodes: those whose call
-// returned by the round's deadline (the start of Do plus its timeout). It
-// returns once every call has returned or the deadline has passed, and
-// every undo started by then has finished or has had timeout to do so.
-// Undos of calls that outlive the deadline run in the background;
-// [Round.WaitUndone] waits for every undo.
-//
-// undo is not given a context: it should bound itself, and it should not use
-// a context that the caller may already have cancelled.
-func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
-	r.UndoUntil(timeout, undo, nil)
+// returned by the round's deadline. It returns once every call has returned
+// or the deadline has passed, and every undo started by then has finished
+// or has had timeout to do so. Undos of calls that outlive the deadline run
+// in the background; [Round.WaitUndone] waits for every undo.
+func (r *Round) Undo(ctx context.Context, timeout time.Duration, undo func(ctx context.Context, node int)) {
+	r.UndoUntil(ctx, timeout, undo, nil)
 }
 
 // UndoUntil is [Round.Undo] that stops waiting as soon as enough reports
@@ -242,49 +293,78 @@ func (r *Round) Undo(timeout time.Duration, undo func(node int)) {
 // The undos it no longer waits for still run. It suits a release after
 // success: once a majority confirmed, a slow node must not hold up the
 // caller. A nil enough is never satisfied.
-func (r *Round) UndoUntil(timeout time.Duration, undo func(node int), enough func() bool) {
+func (r *Round) UndoUntil(ctx context.Context, timeout time.Duration, undo func(ctx context.Context, node int), enough func() bool) {
 	n := len(r.nodes)
 	if n == 0 {
 		return
 	}
 	r.mu.Lock()
 	r.undo = undo
+	r.undoParent, r.undoTimeout = ctx, timeout
 	r.changed = make(chan struct{}, 1)
 	r.undoing.Add(n)
 	r.lastStart = time.Now()
+	r.undoBy = r.lastStart
+	if r.undoBy.Before(r.deadline) {
+		r.undoBy = r.deadline
+	}
+	r.undoCtx, r.undoEnd = context.WithDeadline(ctx, r.undoBy.Add(timeout))
 	for i := range r.nodes {
 		if r.nodes[i].returned {
-			r.waited++
-			go r.runUndo(undo, i, true)
+			r.sharing++
+		}
+	}
+	r.waited = r.sharing
+	for i := range r.nodes {
+		if r.nodes[i].returned {
+			go r.runUndo(r.undoCtx, undo, i, true)
 		}
 	}
 	r.mu.Unlock()
 
+	// A timer only where no context at hand tells the time: the bound of
+	// the undos waited for, the deadline of a round that ctx ended early.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	at := func(t time.Time) <-chan time.Time {
+		if timer == nil {
+			timer = time.NewTimer(time.Until(t))
+		} else {
+			timer.Reset(time.Until(t))
+		}
+		return timer.C
+	}
 	for {
 		now := time.Now()
 		r.mu.Lock()
 		if !r.cutoff && (r.returnedN == n || !now.Before(r.deadline)) {
 			r.cutoff = true
 		}
-		cutoff, settled, limit := r.cutoff, r.waitedEnd == r.waited, r.lastStart.Add(timeout)
+		cutoff, settled, last := r.cutoff, r.waitedEnd == r.waited, r.lastStart
 		r.mu.Unlock()
-		var next time.Time
+		var wake <-chan struct{}
+		var alarm <-chan time.Time
 		switch {
 		case enough != nil && enough():
 			return
-		case !cutoff: // calls that return before the deadline are responsive
-			next = r.deadline
-		case settled || !now.Before(limit):
+		case cutoff && (settled || !now.Before(last.Add(timeout))):
 			return
-		default:
-			next = limit
+		case cutoff:
+			alarm = at(last.Add(timeout))
+		case r.calls.Err() == nil: // calls that return before the deadline are responsive
+			wake = r.calls.Done()
+		default: // ctx ended the round before its deadline
+			alarm = at(r.deadline)
 		}
-		r.timer.Reset(next.Sub(now))
 		select {
 		case <-r.changed:
-		case <-r.timer.C:
+		case <-wake:
+		case <-alarm:
 		}
-		r.timer.Stop()
 	}
 }
 

@@ -603,7 +603,7 @@ func TestDoNoNodes(t *testing.T) {
 
 			var undos atomic.Int32
 			require.True(t, returnsWithin(prompt, func() {
-				r.Undo(long, func(int) { undos.Add(1) })
+				r.Undo(context.Background(), long, func(context.Context, int) { undos.Add(1) })
 				r.WaitUndone()
 			}), "Undo of an empty round did not return")
 			assert.Zero(t, undos.Load())
@@ -642,7 +642,7 @@ func TestUndo(t *testing.T) {
 				defer returnedAt[node].Store(seq.Add(1))
 				return tt.s.answer(g, node)
 			}
-			undo := func(node int) {
+			undo := func(_ context.Context, node int) {
 				undoneAt[node].Store(seq.Add(1))
 				// Take a little time, so that an Undo that did not wait for
 				// its undos would be seen returning before they finish.
@@ -654,7 +654,7 @@ func TestUndo(t *testing.T) {
 			require.True(t, returnsWithin(prompt, func() {
 				r = Do(context.Background(), n, tt.need, tt.timeout, call)
 			}), "Do did not return")
-			require.True(t, returnsWithin(prompt, func() { r.Undo(long, undo) }), "Undo did not return")
+			require.True(t, returnsWithin(prompt, func() { r.Undo(context.Background(), long, undo) }), "Undo did not return")
 
 			for i := range n {
 				if r.Answer(i) != Pending {
@@ -702,8 +702,8 @@ func (u *undoRecorder) call(s script, g *gate) Call {
 
 // undo returns an undo that runs f (if set) for the node before it records
 // the node as undone.
-func (u *undoRecorder) undo(f func(node int)) func(int) {
-	return func(node int) {
+func (u *undoRecorder) undo(f func(node int)) func(context.Context, int) {
+	return func(_ context.Context, node int) {
 		if !u.returned[node].Load() {
 			u.early[node].Store(true)
 		}
@@ -785,7 +785,7 @@ func TestUndoWaitsForResponsiveCalls(t *testing.T) {
 			undoReturned := make(chan struct{})
 			go func() {
 				defer close(undoReturned)
-				r.Undo(long, undo)
+				r.Undo(context.Background(), long, undo)
 				atReturn = u.snapshot()
 			}()
 
@@ -817,7 +817,7 @@ func TestUndoDoesNotWaitPastDeadline(t *testing.T) {
 
 	var atReturn []int32
 	require.True(t, returnsWithin(prompt, func() {
-		r.Undo(long, u.undo(nil))
+		r.Undo(context.Background(), long, u.undo(nil))
 		atReturn = u.snapshot()
 	}), "Undo waited for a call that outlived the round")
 	elapsed := time.Since(start)
@@ -858,7 +858,7 @@ func TestUndoLateCallDoesNotReleaseUndo(t *testing.T) {
 	undoReturned := make(chan struct{})
 	go func() {
 		defer close(undoReturned)
-		r.Undo(long, undo)
+		r.Undo(context.Background(), long, undo)
 		atReturn = u.snapshot()
 	}()
 
@@ -896,13 +896,13 @@ func TestUndoTimeout(t *testing.T) {
 		undone   = make([]atomic.Int32, n)
 	)
 	finished.Add(n)
-	undo := func(node int) {
+	undo := func(_ context.Context, node int) {
 		<-g.ch
 		undone[node].Add(1)
 		finished.Done()
 	}
 	start := time.Now()
-	r.Undo(short, undo)
+	r.Undo(context.Background(), short, undo)
 	elapsed := time.Since(start)
 
 	assert.GreaterOrEqual(t, elapsed, short, "Undo did not wait for the undos it started")
@@ -942,7 +942,7 @@ func TestUndoTimeoutOnceCallsReturned(t *testing.T) {
 	undoReturned := make(chan struct{})
 	go func() {
 		defer close(undoReturned)
-		r.Undo(short, undo)
+		r.Undo(context.Background(), short, undo)
 	}()
 
 	require.True(t, returnsWithin(prompt, func() { <-undoBegun }), "Undo did not undo node 0")
@@ -1001,7 +1001,7 @@ func randomRound(t *testing.T, rng *rand.Rand) {
 		time.Sleep(delay[node])
 		return s.answer(nil, node)
 	}
-	undo := func(node int) {
+	undo := func(_ context.Context, node int) {
 		assert.True(t, returned[node].Load(), "node %d undone before its call returned", node)
 		undone[node].Add(1)
 	}
@@ -1038,7 +1038,7 @@ func randomRound(t *testing.T, rng *rand.Rand) {
 	}
 
 	if withUndo {
-		if !assert.True(t, returnsWithin(prompt, func() { r.Undo(long, undo) }), "Undo did not return") {
+		if !assert.True(t, returnsWithin(prompt, func() { r.Undo(context.Background(), long, undo) }), "Undo did not return") {
 			return
 		}
 		for i := range n {
@@ -1097,7 +1097,7 @@ func TestUndoUntilStopsWhenEnough(t *testing.T) {
 	require.Equal(t, 2, r.Agreed)
 	done := make(chan struct{})
 	go func() {
-		r.UndoUntil(time.Minute, func(node int) { undoneAt[node].Store(seq.Add(1)) },
+		r.UndoUntil(context.Background(), time.Minute, func(_ context.Context, node int) { undoneAt[node].Store(seq.Add(1)) },
 			func() bool { return undoneAt[0].Load() != 0 && undoneAt[1].Load() != 0 })
 		close(done)
 	}()

@@ -138,14 +138,22 @@ func TestUnlockDoesNotWaitForSlowMaster(t *testing.T) {
 	assert.Eventually(t, func() bool { return !servers[2].Exists("lock:" + res) }, 5*time.Second, time.Millisecond)
 }
 
+// TestNeverSent: only a dial error of a client that never retries proves a
+// SET never left; a retrying client may have written it on an earlier try.
 func TestNeverSent(t *testing.T) {
+	_, masters := miniMasters(t, 1)
+	retrying := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // MaxRetries 0: go-redis's default of 3
+	t.Cleanup(func() { _ = retrying.Close() })
+	c := newTestClient(t, []Master{masters[0], retrying})
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}
-	assert.True(t, neverSent(dial))
-	assert.True(t, neverSent(fmt.Errorf("wrapped: %w", dial)))
-	assert.False(t, neverSent(read), "a read error may follow a SET the server applied")
-	assert.False(t, neverSent(errors.New("WRONGTYPE")))
-	assert.False(t, neverSent(nil))
+	assert.True(t, c.neverSent(0, dial))
+	assert.True(t, c.neverSent(0, fmt.Errorf("wrapped: %w", dial)))
+	assert.False(t, c.neverSent(1, dial), "a retrying client may have sent the SET before the dial that failed")
+	assert.True(t, c.neverSent(1, errStuck), "the breaker held the call back")
+	assert.False(t, c.neverSent(0, read), "a read error may follow a SET the server applied")
+	assert.False(t, c.neverSent(0, errors.New("WRONGTYPE")))
+	assert.False(t, c.neverSent(0, nil))
 }
 
 // TestDeadMastersNotReleased: masters that refused the connection are not

@@ -23,9 +23,10 @@ import (
 
 // Master is the part of a Redis client that the lock needs: running a
 // command of its own (SET ... PX ... NX) and running scripts.
-// *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it. Each master
-// must be an independent Redis server: two clients of one server, or of a
-// primary and its replica, would count one failure domain twice.
+// *redis.Client (also from NewFailoverClient) and *redis.ClusterClient
+// satisfy it. Each master must be one failure domain of its own: two
+// clients of one server, or of a primary and its replica, would count one
+// twice, and New refuses a *redis.Ring, which moves keys between shards.
 type Master interface {
 	redis.Scripter
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -33,7 +34,6 @@ type Master interface {
 
 var (
 	_ Master = (*redis.Client)(nil)
-	_ Master = (*redis.Ring)(nil)
 	_ Master = (*redis.ClusterClient)(nil)
 )
 
@@ -54,15 +54,20 @@ var (
 // use by many goroutines.
 type Client struct {
 	masters []Master
-	addrs   []string
+	addrs   []string // for errors and logs
+	noRetry []bool   // the master's client never retries a command
+	health  []health
+	epoch   time.Time // origin of nanos
+	clock   clock
 	quorum  int
 	cfg     config
 }
 
 // New returns a client over masters, the Redis clients the caller already
 // holds, one per independent master. One master is the single-instance
-// mode, with the same API. Invalid options, no masters, a nil master or the
-// same master twice give [ErrInvalidArgument]. New does no I/O.
+// mode, with the same API. Invalid options, no masters, a nil master, a
+// *redis.Ring or the same master twice (the same client, or two clients of
+// one host:port) give [ErrInvalidArgument]. New does no I/O.
 func New(masters []Master, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {
@@ -80,6 +85,10 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 	c := &Client{
 		masters: append([]Master(nil), masters...),
 		addrs:   make([]string, len(masters)),
+		noRetry: make([]bool, len(masters)),
+		health:  make([]health, len(masters)),
+		epoch:   time.Now(),
+		clock:   systemClock{},
 		quorum:  quorum.Majority(len(masters)),
 		cfg:     cfg,
 	}
@@ -88,19 +97,23 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		if nilcheck.Is(m) {
 			return nil, invalid("master %d is nil", i)
 		}
+		if err := checkMaster(i, m); err != nil {
+			return nil, err
+		}
 		for j := range i {
 			if same(masters[j], m) {
 				return nil, invalid("masters %d and %d are the same client", j, i)
 			}
 		}
-		addr, known := address(m)
-		if !known {
-			addr = fmt.Sprintf("master %d", i)
-		} else if j, dup := seen[addr]; dup {
-			return nil, invalid("masters %d and %d are both %s", j, i, addr)
+		o := optionsOf(m)
+		if j, dup := seen[o.addr]; dup && o.addr != "" {
+			return nil, invalid("masters %d and %d are both %s", j, i, o.addr)
 		}
-		seen[addr] = i
-		c.addrs[i] = addr
+		if o.addr != "" {
+			seen[o.addr] = i
+		}
+		c.addrs[i] = masterLabel(i, o.addr)
+		c.noRetry[i] = o.noRetry
 	}
 	if err := c.checkFenceNode(); err != nil {
 		return nil, err
@@ -116,9 +129,9 @@ func (c *Client) checkFenceNode() error {
 		return nil
 	}
 	node := on.Node()
-	addr, known := address(node)
+	addr := optionsOf(node).addr
 	for i, m := range c.masters {
-		if same(m, node) || (known && addr == c.addrs[i]) {
+		if same(m, node) || (addr != "" && addr == c.addrs[i]) {
 			return invalid("the fence counter is on master %d (%s); it needs a node of its own", i, c.addrs[i])
 		}
 	}
@@ -132,18 +145,6 @@ func same(a, b any) bool {
 	return ta == tb && ta.Comparable() && a == b
 }
 
-// address names a master in errors and logs, and finds two clients of one
-// server.
-func address(m any) (string, bool) {
-	switch c := m.(type) {
-	case interface{ Options() *redis.Options }:
-		return c.Options().Addr, true
-	case interface{ Options() *redis.ClusterOptions }:
-		return "cluster " + strings.Join(c.Options().Addrs, ","), true
-	}
-	return "", false
-}
-
 // Masters is the number of masters the client locks on.
 func (c *Client) Masters() int { return len(c.masters) }
 
@@ -152,7 +153,8 @@ func (c *Client) Quorum() int { return c.quorum }
 
 // TryLock makes exactly one attempt to lock resource for ttl. It returns as
 // soon as a majority of masters agreed, or as soon as a majority became
-// impossible; each master is bounded by the node timeout. On failure the
+// impossible; every call to a master is bounded by the node timeout (see
+// [WithNodeTimeout]). On failure the
 // key is released on every master, including those that did not answer in
 // time (after their call returns), even when ctx has ended. The error is
 // [ErrNotAcquired] when others hold the lock, [ErrQuorumUnavailable] when too
@@ -171,7 +173,8 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 // Lock is [Client.TryLock] with retries: after a failed attempt it waits a
 // jittered delay and tries again, until it wins, the retry budget is spent
 // (see [WithRetry]) or ctx ends. The error is the last attempt's, joined
-// with ctx.Err() when the context ended the wait.
+// with ctx.Err() when the context ended the wait. A fence counter that went
+// backwards ([fence.ErrCounterRegressed]) ends the retries at once.
 func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
@@ -184,6 +187,12 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		l, err := c.attempt(ctx, resource, ttl)
 		if err == nil {
 			return l, nil
+		}
+		if errors.Is(err, fence.ErrCounterRegressed) {
+			// Retrying would only mint more values the counter may have
+			// handed out before: an operator must look at it.
+			c.cfg.logger.Error("redlock: fence counter went backwards; not retrying", "resource", resource, "err", err)
+			return nil, err
 		}
 		if ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
 			return nil, err
@@ -219,8 +228,10 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 		return invalid("resource %q has a control character", resource)
 	case ttl < time.Millisecond:
 		return invalid("ttl %v is below 1ms", ttl)
-	case ttl <= c.cfg.nodeTimeout:
-		return invalid("ttl %v is not longer than the node timeout %v", ttl, c.cfg.nodeTimeout)
+	}
+	if lease := ttl.Truncate(time.Millisecond) - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant); lease <= c.cfg.nodeTimeout {
+		return invalid("ttl %v leaves %v after the drift allowance, not more than the node timeout %v: an attempt that takes its whole node timeout would have no validity left",
+			ttl, lease, c.cfg.nodeTimeout)
 	}
 	return nil
 }
@@ -236,25 +247,32 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 	// One argument list serves every master: go-redis only reads it.
 	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
 
-	start := time.Now()
+	start, boot := c.clock.now()
 	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
+		ok, probe := c.enter(i)
+		if !ok {
+			return false, errStuck
+		}
 		err := c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
+		c.exit(i, probe, err)
 		switch {
 		case err == nil: // OK: the key was absent and is now ours
 			return true, nil
-		case err == redis.Nil: // held by another token, or a key of another type
+		case errors.Is(err, redis.Nil): // held by another token, or a key of another type
 			return false, nil
 		}
 		return false, err
 	})
 	l.round = round
-	deadline := start.Add(ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant))
+	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	deadline := start.Add(lease)
+	l.untilBoot = boot + lease
 
 	if round.Agreed < c.quorum {
 		released := c.abandon(ctx, round, l)
 		return nil, c.roundError(ctx, round, released)
 	}
-	if !time.Now().Before(deadline) {
+	if l.over(deadline, l.untilBoot) {
 		c.abandon(ctx, round, l)
 		return nil, fmt.Errorf("%w: majority reached after %v, no validity left of ttl %v",
 			ErrQuorumUnavailable, time.Since(start), ttl)
@@ -267,7 +285,7 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 		case err != nil:
 			c.abandon(ctx, round, l)
 			return nil, errors.Join(ErrFenceUnavailable, err)
-		case !time.Now().Before(deadline):
+		case l.over(deadline, l.untilBoot):
 			c.abandon(ctx, round, l)
 			return nil, fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
 		}
@@ -281,13 +299,18 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 // context that the caller's cancellation does not reach: a master whose SET
 // is still in flight gets its release after that SET returns.
 func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) []release {
-	released := l.releaseAll(ctx, round, nil)
-	for i := range released {
-		if err := released[i].err(); err != nil && !isWrongType(err) {
-			c.cfg.logger.Warn("redlock: release after a failed attempt", "master", c.addrs[i], "resource", l.resource, "err", err)
-		}
-	}
-	return released
+	return l.releaseAll(ctx, round, nil)
+}
+
+// enter passes master i's breaker before a call: false means the master is
+// stuck and must not be called ([errStuck]). A true enter is followed by
+// exit with the same probe and the call's error.
+func (c *Client) enter(i int) (ok, probe bool) {
+	return c.health[i].enter(c.nanos(), int64(c.cfg.nodeTimeout))
+}
+
+func (c *Client) exit(i int, probe bool, err error) {
+	c.health[i].exit(c.nanos(), probe, replied(err))
 }
 
 // isWrongType reports a key of another type than string under the lock's

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,12 +33,13 @@ type Lock struct {
 
 	op sync.Mutex // serialises Unlock and Extend
 
-	mu       sync.Mutex
-	until    time.Time
-	ended    bool // released, or known lost
-	done     chan struct{}
-	timer    *time.Timer
-	unlocked bool
+	mu        sync.Mutex
+	until     time.Time     // end of the lease on the monotonic clock
+	untilBoot time.Duration // the same end on the clock that counts suspend
+	ended     bool          // released, or known lost
+	done      chan struct{}
+	timer     *time.Timer
+	unlocked  bool
 }
 
 func newLock(c *Client, resource, token string) *Lock {
@@ -57,18 +57,43 @@ func (l *Lock) Token() string { return l.token }
 // client was built without [WithFence].
 func (l *Lock) Fence() (uint64, bool) { return l.fence, l.fenced }
 
-// Until is the end of the lease on the local monotonic clock: the start of
-// the acquiring (or last extending) attempt plus the TTL, less the drift
-// allowance. Work that must finish under the lock must finish before Until.
+// Until is the end of the lease: the start of the acquiring (or last
+// extending) attempt plus the TTL, less the drift allowance, on the local
+// monotonic clock, or earlier when the machine was suspended meanwhile (the
+// masters' keys expired during the suspend). Work that must finish under
+// the lock must finish before Until.
 func (l *Lock) Until() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.until
+	until, boot := l.until, l.untilBoot
+	l.mu.Unlock()
+	now, nowBoot := l.c.clock.now()
+	if left := boot - nowBoot; left < until.Sub(now) {
+		return now.Add(left)
+	}
+	return until
+}
+
+// over reports whether a lease ending at until (monotonic) and boot (on the
+// clock that counts suspend) has run out.
+func (l *Lock) over(until time.Time, boot time.Duration) bool {
+	now, nowBoot := l.c.clock.now()
+	return !now.Before(until) || nowBoot >= boot
+}
+
+// leaseCheck is how often Done's timer looks at the clock that counts
+// suspend: after a suspend, Done closes at most this late.
+const leaseCheck = time.Second
+
+// left is the time to wait before looking at the lease again.
+func (l *Lock) leftLocked() time.Duration {
+	now, nowBoot := l.c.clock.now()
+	return min(l.until.Sub(now), l.untilBoot-nowBoot, leaseCheck)
 }
 
 // Done returns a channel that is closed when the lock ends on this side:
-// its validity runs out, Unlock is called, or an Extend fails. A holder that
-// selects on Done stops in time; one that does not may outlive its lease.
+// its validity runs out (within a second when a suspend cut it short),
+// Unlock is called, or an Extend fails. A holder that selects on Done stops
+// in time; one that does not may outlive its lease.
 func (l *Lock) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -78,7 +103,7 @@ func (l *Lock) Done() <-chan struct{} {
 		if l.ended {
 			close(l.done)
 		} else {
-			l.timer = time.AfterFunc(time.Until(l.until), l.expire)
+			l.timer = time.AfterFunc(l.leftLocked(), l.expire)
 		}
 	}
 	return l.done
@@ -87,7 +112,7 @@ func (l *Lock) Done() <-chan struct{} {
 func (l *Lock) expire() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if left := time.Until(l.until); left > 0 && !l.ended { // extended meanwhile
+	if left := l.leftLocked(); left > 0 && !l.ended { // extended meanwhile, or a check
 		l.timer.Reset(left)
 		return
 	}
@@ -145,30 +170,38 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return held >= l.c.quorum
 	})
 	var held, failed int
-	var errs []error
 	for i := range released {
 		switch released[i].state.Load() {
 		case releasedHeld:
 			held++
 		case releasedNotOurs:
-		case releaseFailed:
+		default: // failed, or still running
 			failed++
-			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: released[i].err()})
-		default:
-			failed++
-			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: quorum.ErrTimeout})
 		}
 	}
 	switch {
 	case held >= l.c.quorum:
-		if failed > 0 {
-			l.c.cfg.logger.Warn("redlock: unlock left keys to expire", "resource", l.resource, "err", errors.Join(errs...))
-		}
+		// Failures of the rest are logged by the release itself.
 		return nil
 	case held+failed >= l.c.quorum:
-		return errors.Join(append([]error{ErrQuorumUnavailable}, errs...)...)
+		return l.releaseError(ErrQuorumUnavailable, released)
 	}
-	return errors.Join(append([]error{ErrLockNotHeld}, errs...)...)
+	return l.releaseError(ErrLockNotHeld, released)
+}
+
+// releaseError joins kind with the error of each master whose release
+// failed or had not finished.
+func (l *Lock) releaseError(kind error, released []release) error {
+	errs := []error{kind}
+	for i := range released {
+		switch released[i].state.Load() {
+		case releaseFailed:
+			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: released[i].e})
+		case releasePending:
+			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: quorum.ErrTimeout})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // release is what the compare-and-delete did on one master. state is set
@@ -193,59 +226,64 @@ func (r *release) err() error {
 }
 
 // releaseAll runs the compare-and-delete on every master of round, each
-// after its acquiring call returned, with a context the caller's
+// after its call in round returned, with a context the caller's
 // cancellation does not reach, each bounded by the node timeout. It waits
-// for the masters whose acquiring call returns before the round's deadline,
-// unless enough is set and says that the releases so far settle the
-// outcome; the rest are released in the background.
+// for the masters that answered round in time (those whose call failed are
+// released in the background), unless enough says that the releases so far
+// settle the outcome. A failed release is logged at Warn: the key is left to
+// expire.
 func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func([]release) bool) []release {
-	out := make([]release, len(l.c.masters))
-	detached := context.WithoutCancel(ctx)
+	c := l.c
+	out := make([]release, len(c.masters))
 	var settled func() bool
 	if enough != nil {
 		settled = func() bool { return enough(out) }
 	}
-	round.UndoUntil(l.c.cfg.nodeTimeout, func(i int) {
-		if round.Answer(i) == quorum.Failed && neverSent(round.Err(i)) {
-			// Nothing reached this master, so there is nothing to take back;
-			// a release would only wait on the same dead connection.
-			out[i].state.Store(releasedNotOurs)
+	detached := context.WithoutCancel(ctx)
+	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
+		if round.Answer(i) == quorum.Failed {
+			if c.neverSent(i, round.Err(i)) {
+				// Nothing reached this master, so there is nothing to take back.
+				out[i].state.Store(releasedNotOurs)
+				return
+			}
+			// A master in trouble: release it without holding up the caller.
+			go func() {
+				ctx, cancel := context.WithTimeout(detached, c.cfg.nodeTimeout)
+				defer cancel()
+				l.releaseOne(ctx, i, &out[i])
+			}()
 			return
 		}
-		held, err := l.release(detached, i)
-		switch {
-		case err != nil:
-			out[i].e = err
-			out[i].state.Store(releaseFailed)
-		case held:
-			out[i].state.Store(releasedHeld)
-		default:
-			out[i].state.Store(releasedNotOurs)
-		}
+		l.releaseOne(ctx, i, &out[i])
 	}, settled)
 	return out
 }
 
-// neverSent reports an error that proves the command never left the
-// client: the connection could not even be dialled.
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// release runs the compare-and-delete on master i and reports whether our
-// token was there.
-func (l *Lock) release(ctx context.Context, i int) (bool, error) {
+// releaseOne runs the compare-and-delete on master i and records it in r.
+func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
 	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, l.args...).Int64()
-	return n == 1, err
+	switch {
+	case err != nil:
+		r.e = err
+		r.state.Store(releaseFailed)
+		if !isWrongType(err) {
+			l.c.cfg.logger.Warn("redlock: release failed; the key is left to expire", "master", l.c.addrs[i], "resource", l.resource, "err", err)
+		}
+	case n == 1:
+		r.state.Store(releasedHeld)
+	default:
+		r.state.Store(releasedNotOurs)
+	}
 }
 
 // Extend gives the lock a new lease of ttl, counted from the start of this
 // call, with a compare-and-pexpire on every master. It succeeds only when a
-// majority still held our token and validity is left of the new lease. It
-// refuses with [ErrLockNotHeld] once the current lease has run out: a lapsed
+// majority still held our token, the current lease had not run out when
+// the majority answered, and validity is left of the new lease. A lapsed
 // lock is not brought back. A failed Extend ends the lock: Done is closed,
-// and the caller should stop its work and Unlock.
+// the keys it extended are released, and the caller should stop its work.
+// Start it at least a node timeout before [Lock.Until].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {
@@ -254,45 +292,55 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
-	over, until := l.ended, l.until
+	over, until, untilBoot := l.ended, l.until, l.untilBoot
 	l.mu.Unlock()
 	if over {
 		return fmt.Errorf("%w: the lock has ended", ErrLockNotHeld)
 	}
-	if !time.Now().Before(until) {
+	if l.over(until, untilBoot) {
 		l.lose()
 		return fmt.Errorf("%w: the lease ran out at %v", ErrLockNotHeld, until.Format(time.RFC3339Nano))
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	ms := ttl.Milliseconds()
-	start := time.Now()
+	start, boot := c.clock.now()
 	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
+		ok, probe := c.enter(i)
+		if !ok {
+			return false, errStuck
+		}
 		n, err := extendScript.Run(ctx, c.masters[i], l.keys, l.token, ms).Int64()
+		c.exit(i, probe, err)
 		return n == 1, err
 	})
-	deadline := start.Add(ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant))
-	if round.Agreed < c.quorum {
-		l.lose()
+	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	deadline, deadlineBoot := start.Add(lease), boot+lease
+	var err error
+	switch {
+	case round.Agreed < c.quorum:
 		var errs []error
 		for i := range c.masters {
-			if err := round.Err(i); err != nil {
-				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "extend", Err: err})
+			if e := round.Err(i); e != nil {
+				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "extend", Err: e})
 			}
 		}
-		return c.classify(ctx, round, round.Unanswered(), ErrLockNotHeld, errs)
+		err = c.classify(ctx, round, round.Unanswered(), ErrLockNotHeld, errs)
+	case l.over(until, untilBoot):
+		// Whether or not Done was asked for: the old lease ended first.
+		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
+	case l.over(deadline, deadlineBoot):
+		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
 	}
-	if !time.Now().Before(deadline) {
+	if err != nil {
 		l.lose()
-		return fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
+		l.releaseAll(ctx, round, nil) // what this Extend prolonged must not outlive the lock
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended { // the old lease ran out while we waited
-		return fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
-	}
-	l.until = deadline
+	l.until, l.untilBoot = deadline, deadlineBoot
 	if l.timer != nil {
-		l.timer.Reset(time.Until(deadline))
+		l.timer.Reset(l.leftLocked())
 	}
 	return nil
 }

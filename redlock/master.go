@@ -1,0 +1,145 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errStuck is the error of a master that a round did not call because an
+// earlier call to it has gone unanswered for longer than the node timeout.
+var errStuck = errors.New("redlock: skipped: an earlier call to this master is still unanswered after the node timeout")
+
+// health is what the client knows of one master's responsiveness: a
+// breaker that stops piling calls up behind a master that hangs.
+//
+// A master is stuck while calls to it have been in flight, without a reply
+// from it, for longer than the node timeout. A round then does not call it
+// but counts it as failed at once, except for one probe at a time; the
+// first reply (to the probe or to a call that was stuck) closes the breaker.
+// So a hung master holds at most the calls started in the node timeout
+// before it was found stuck, plus one probe: those that got a pooled
+// connection wait in a read until go-redis's ReadTimeout (at most PoolSize
+// of them), the others give up their wait for a connection at the round's
+// deadline.
+type health struct {
+	inflight  atomic.Int64
+	busySince atomic.Int64 // when inflight last rose from 0, in ns on the client's clock
+	lastReply atomic.Int64 // when the master last replied, in ns on the client's clock
+	probing   atomic.Bool
+}
+
+// enter is called before a call to the master at now (ns); it returns
+// false when the call must not be made. A true probe must be passed to exit.
+func (h *health) enter(now, timeout int64) (ok, probe bool) {
+	n := h.inflight.Load()
+	if n > 0 && now-h.busySince.Load() > timeout && now-h.lastReply.Load() > timeout {
+		if !h.probing.CompareAndSwap(false, true) {
+			return false, false
+		}
+		probe = true
+	}
+	if n == 0 {
+		// Before the increment, so that nobody sees calls in flight with
+		// the start of an earlier busy spell.
+		h.busySince.Store(now)
+	}
+	h.inflight.Add(1)
+	return true, probe
+}
+
+// exit is called when the call returns; replied says whether the master
+// itself answered (a reply or an error reply, not a network error or a
+// timeout).
+func (h *health) exit(now int64, probe, replied bool) {
+	if replied {
+		h.lastReply.Store(now)
+	}
+	h.inflight.Add(-1)
+	if probe {
+		h.probing.Store(false)
+	}
+}
+
+// replied reports whether err (a call's outcome) came from the server: no
+// error, a nil reply or an error reply.
+func replied(err error) bool {
+	return err == nil || errors.Is(err, redis.Nil) || isErrorReply(err)
+}
+
+// isErrorReply is apart from replied so that its target escapes to the heap
+// only on this path.
+func isErrorReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// neverSent reports an error that proves a command never reached master i:
+// the breaker held it back, or the connection could not be dialled by a
+// client that does not retry (a client that retries may have written the
+// command on an earlier try, and reports only the last one's error).
+func (c *Client) neverSent(i int, err error) bool {
+	if errors.Is(err, errStuck) {
+		return true
+	}
+	var op *net.OpError
+	return c.noRetry[i] && errors.As(err, &op) && op.Op == "dial"
+}
+
+// clientOptions reads what New needs of a master's go-redis options.
+type clientOptions struct {
+	addr    string // host:port, "cluster a,b,c", or "" when not known
+	noRetry bool   // the client never retries a command
+}
+
+func optionsOf(m any) clientOptions {
+	switch c := m.(type) {
+	case interface{ Options() *redis.Options }:
+		o := c.Options()
+		addr := o.Addr
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			// A failover client reports "FailoverClient" whatever its
+			// master: it names no server, so it cannot be compared.
+			addr = ""
+		}
+		// NewClient has normalised MaxRetries: 0 is "never retry" (-1 given).
+		return clientOptions{addr: addr, noRetry: o.MaxRetries == 0}
+	case interface{ Options() *redis.ClusterOptions }:
+		o := c.Options()
+		// A cluster client retries on redirects whatever MaxRetries says.
+		return clientOptions{addr: "cluster " + strings.Join(o.Addrs, ",")}
+	}
+	return clientOptions{}
+}
+
+// checkMaster refuses a client that is not one failure domain.
+func checkMaster(i int, m Master) error {
+	if _, ok := m.(*redis.Ring); ok {
+		return invalid("master %d is a *redis.Ring: it moves keys to another shard when one is marked down, so a second holder can be granted; use one *redis.Client per master", i)
+	}
+	return nil
+}
+
+// clock is the time the client reads: the monotonic clock for every bound,
+// and a clock that also counts time the machine spent suspended, which
+// the monotonic clock on Linux does not, but the masters' key expiry does.
+type clock interface {
+	now() (time.Time, time.Duration)
+}
+
+// processStart is the origin of the fallback suspend-counting clock.
+var processStart = time.Now()
+
+func (c *Client) nanos() int64 { return int64(time.Since(c.epoch)) }
+
+func masterLabel(i int, addr string) string {
+	if addr == "" {
+		return fmt.Sprintf("master %d", i)
+	}
+	return addr
+}
