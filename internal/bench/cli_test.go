@@ -344,8 +344,10 @@ func TestDocListsColumns(t *testing.T) {
 // TestFencingCommand: `redlock-bench fencing` shows the seeds' result on a
 // small run: duplicates without the fence, none with it.
 func TestFencingCommand(t *testing.T) {
-	code, out, errOut := run(t, "fencing", "-jobs", "3000", "-skus", "40", "-c", "16", "-ttl", "30ms",
-		"-node-timeout", "10ms", "-pause", "80ms", "-pause-rate", "0.01", "-o", "json")
+	// Node timeouts with room for the race detector's slowdown (5-10×):
+	// with 10 ms, every call missed it and the run never finished.
+	code, out, errOut := run(t, "fencing", "-jobs", "3000", "-skus", "40", "-c", "16", "-ttl", "300ms",
+		"-node-timeout", "100ms", "-pause", "700ms", "-pause-rate", "0.01", "-o", "json")
 	require.Equal(t, bench.ExitOK, code, errOut)
 	var rep bench.FencingReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
@@ -363,7 +365,7 @@ func TestFencingCommand(t *testing.T) {
 		assert.Zero(t, r.Errors)
 	}
 
-	code, out, _ = run(t, "fencing", "-jobs", "500", "-pause-rate", "0")
+	code, out, _ = run(t, "fencing", "-jobs", "500", "-c", "8", "-node-timeout", "100ms", "-ttl", "300ms", "-pause-rate", "0")
 	require.Equal(t, bench.ExitOK, code)
 	assert.Contains(t, out, "duplicates")
 }
@@ -389,8 +391,8 @@ func TestFencingBadFlags(t *testing.T) {
 func TestFencingPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	dsn := srv.DSN("postgres")
-	code, out, errOut := run(t, "fencing", "-jobs", "1500", "-skus", "40", "-c", "16", "-ttl", "30ms",
-		"-node-timeout", "10ms", "-pause", "80ms", "-pause-rate", "0.01", "-o", "json", "-pg-dsn", dsn)
+	code, out, errOut := run(t, "fencing", "-jobs", "1500", "-skus", "40", "-c", "16", "-ttl", "300ms",
+		"-node-timeout", "100ms", "-pause", "700ms", "-pause-rate", "0.01", "-o", "json", "-pg-dsn", dsn)
 	require.Equal(t, bench.ExitOK, code, errOut)
 	var rep bench.FencingReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))

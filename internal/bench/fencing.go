@@ -74,6 +74,7 @@ func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
 	fs.DurationVar(&c.Pause, "pause", 250*time.Millisecond, "how long a paused holder stops (must outlast -ttl)")
 	fs.Float64Var(&c.PauseRate, "pause-rate", 0.003, "fraction of jobs whose first holder pauses past its lease (0.003: the seeds' 0.3%)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "picks the paused jobs; both passes pause the same ones")
+	fs.DurationVar(&c.Stall, "stall", 0, "stop with an error when no job finishes for this long (0: 20×(ttl+pause), at least 10s)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
 	fs.StringVar(&inv.pgDSN, "pg-dsn", "", "store in this PostgreSQL database (tables with a random prefix, dropped afterwards); with -backend redis-server and no -pg-dsn the run starts a throw-away PostgreSQL")
 	fs.Usage = func() {

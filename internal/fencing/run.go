@@ -23,6 +23,20 @@ type Config struct {
 	PauseRate float64       // fraction of jobs whose first holder pauses
 	Seed      uint64        // picks the paused jobs: the same in every pass with one seed
 	Stock     int64         // units per SKU at the start
+	// Stall ends the run with ErrStalled when no delivery finishes for this
+	// long: servers that cannot keep up must not keep a run going for ever.
+	// Zero is DefaultStall(TTL, Pause).
+	Stall time.Duration
+}
+
+// ErrStalled reports a run that stopped because no delivery finished within
+// its Stall window: every lock attempt kept timing out or waiting.
+var ErrStalled = errors.New("fencing: the run made no progress")
+
+// DefaultStall is the stall window of a run with ttl and pause: far above
+// what a healthy delivery takes, a lease and a pause included.
+func DefaultStall(ttl, pause time.Duration) time.Duration {
+	return max(10*time.Second, 20*(ttl+pause))
 }
 
 // Validate reports the first setting that cannot make a run.
@@ -40,6 +54,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fencing: pause rate %v outside [0, 1]", c.PauseRate)
 	case c.PauseRate > 0 && c.Pause <= c.TTL:
 		return fmt.Errorf("fencing: pause %v must outlast the ttl %v, or no lease is lost", c.Pause, c.TTL)
+	case c.Stall < 0:
+		return fmt.Errorf("fencing: stall window %v is negative", c.Stall)
 	}
 	return nil
 }
@@ -80,8 +96,15 @@ func Run(ctx context.Context, cfg Config, client *redlock.Client, store Store) (
 		r.resources[i] = "alloc:SKU-" + strconv.Itoa(i)
 	}
 	start := time.Now()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := cfg.Stall
+	if stall == 0 {
+		stall = DefaultStall(cfg.TTL, cfg.Pause)
+	}
+	watched := make(chan struct{})
+	defer close(watched)
+	go r.watch(stall, watched, cancel)
 
 	var workers sync.WaitGroup
 	for range cfg.Workers {
@@ -90,6 +113,7 @@ func Run(ctx context.Context, cfg Config, client *redlock.Client, store Store) (
 			defer workers.Done()
 			for j := range r.queue {
 				r.handle(ctx, j)
+				r.handled.Add(1)
 				r.pending.Done()
 			}
 		}()
@@ -121,7 +145,7 @@ func Run(ctx context.Context, cfg Config, client *redlock.Client, store Store) (
 			return res, *first
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := context.Cause(ctx); err != nil {
 		return res, err
 	}
 	audit, err := store.Audit(context.WithoutCancel(ctx))
@@ -140,9 +164,9 @@ type runner struct {
 	resources []string
 	pending   sync.WaitGroup // deliveries not yet handled
 
-	fenced                                atomic.Bool
-	pauses, redelivered, rejections, errs atomic.Int64
-	firstErr                              atomic.Pointer[error]
+	fenced                                         atomic.Bool
+	pauses, redelivered, rejections, errs, handled atomic.Int64
+	firstErr                                       atomic.Pointer[error]
 }
 
 // handle is one delivery of a job: lock the SKU, claim and read, maybe
@@ -187,6 +211,32 @@ func (r *runner) handle(ctx context.Context, j job) {
 	}
 	if r.failed(r.store.Ship(ctx, sku, j.order, f)) {
 		r.redeliver(ctx, j, 0)
+	}
+}
+
+// watch cancels the run with ErrStalled when no delivery finished within
+// stall, until done is closed.
+func (r *runner) watch(stall time.Duration, done <-chan struct{}, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(stall / 10)
+	defer tick.Stop()
+	last, since := r.handled.Load(), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			if n := r.handled.Load(); n != last {
+				last, since = n, now
+			} else if now.Sub(since) >= stall {
+				cause := fmt.Errorf("%w: no delivery finished in %v (%d handled before, of %d jobs): the servers do not keep up; try a longer node timeout or fewer workers",
+					ErrStalled, stall.Round(time.Millisecond), n, r.cfg.Jobs)
+				if first := r.firstErr.Load(); first != nil {
+					cause = fmt.Errorf("%w; first error: %w", cause, *first)
+				}
+				cancel(cause)
+				return
+			}
+		}
 	}
 }
 
