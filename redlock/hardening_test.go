@@ -1,0 +1,300 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/fence"
+)
+
+// slowScripts delays every script (extend, release) by delay before it
+// reaches the server, ignoring the context, as a slow network would.
+type slowScripts struct {
+	*redis.Client
+	delay time.Duration
+}
+
+func (m *slowScripts) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	time.Sleep(m.delay)
+	return m.Client.EvalSha(ctx, sha, keys, args...)
+}
+
+func (m *slowScripts) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	time.Sleep(m.delay)
+	return m.Client.Eval(ctx, script, keys, args...)
+}
+
+// TestExtendOutcomeIndependentOfDone: an Extend that starts 5 ms before
+// Until over a 20 ms network answers after the lease ran out. Whether or
+// not the holder ever asked for Done, it fails, and the keys it extended
+// are released, not left to live for the new TTL.
+func TestExtendOutcomeIndependentOfDone(t *testing.T) {
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("done=%v", watched), func(t *testing.T) {
+			servers, masters := miniMasters(t, 3)
+			for i := range masters {
+				masters[i] = &slowScripts{Client: masters[i].(*redis.Client), delay: 20 * time.Millisecond}
+			}
+			c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+			res := resourceName(t)
+			l, err := c.TryLock(context.Background(), res, 300*time.Millisecond)
+			require.NoError(t, err)
+			settle(t, servers, res, l)
+			var done <-chan struct{}
+			if watched {
+				done = l.Done()
+			}
+			time.Sleep(time.Until(l.Until()) - 5*time.Millisecond)
+
+			err = l.Extend(context.Background(), time.Minute)
+			require.ErrorIs(t, err, ErrLockNotHeld)
+			if watched {
+				assertClosed(t, done, "a failed Extend closes Done")
+			}
+			for i, s := range servers {
+				assert.Eventually(t, func() bool { return !s.Exists("lock:" + res) }, 2*time.Second, time.Millisecond,
+					"master %d keeps the key the failed Extend prolonged", i)
+			}
+		})
+	}
+}
+
+// TestUnlockQuietWhenClean: clean unlocks on healthy masters log nothing at
+// Warn, although Unlock returns before the last master confirmed.
+func TestUnlockQuietWhenClean(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	var buf syncBuffer
+	c := newTestClient(t, masters, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	ctx := context.Background()
+	for range 200 {
+		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	time.Sleep(100 * time.Millisecond) // the background releases finish
+	assert.Empty(t, buf.String())
+}
+
+// TestUnlockWarnsOnFailedRelease: a release that really fails is logged at
+// Warn with the master's address.
+func TestUnlockWarnsOnFailedRelease(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	var buf syncBuffer
+	c := newTestClient(t, masters, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+	require.NoError(t, err)
+	servers[2].SetError("ERR injected")
+	err = l.Unlock(ctx)
+	if err != nil { // the broken master may have been the one Unlock waited for
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+	}
+	assert.Eventually(t, func() bool {
+		return strings.Contains(buf.String(), "release failed") && strings.Contains(buf.String(), servers[2].Addr())
+	}, 2*time.Second, time.Millisecond, buf.String())
+}
+
+// TestTTLWithoutValidity: a TTL that leaves no more than the node timeout
+// after the drift allowance can never give a lock: refused up front.
+func TestTTLWithoutValidity(t *testing.T) {
+	_, masters := miniMasters(t, 1)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		ttl  time.Duration
+	}{
+		{"ttl 2ms, node timeout 1ms", []Option{WithNodeTimeout(time.Millisecond)}, 2 * time.Millisecond},
+		{"one-hour drift constant", []Option{WithDrift(0.01, time.Hour)}, 30 * time.Minute},
+		{"drift allowance eats the margin", nil, 52 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestClient(t, masters, tt.opts...)
+			_, err := c.TryLock(ctx, resourceName(t), tt.ttl)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			_, err = c.Lock(ctx, resourceName(t), tt.ttl)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+		})
+	}
+	c := newTestClient(t, masters)
+	l, err := c.TryLock(ctx, resourceName(t), 60*time.Millisecond)
+	require.NoError(t, err, "60 ms leaves 57.4 ms after the allowance, above the 50 ms node timeout")
+	assert.ErrorIs(t, l.Extend(ctx, 52*time.Millisecond), ErrInvalidArgument)
+	_ = l.Unlock(ctx)
+}
+
+// suspendClock is a clock whose suspend-counting reading can be moved on
+// while the monotonic one cannot: a machine that slept.
+type suspendClock struct {
+	mu    sync.Mutex
+	slept time.Duration
+}
+
+func (c *suspendClock) now() (time.Time, time.Duration) {
+	mono, boot := systemClock{}.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return mono, boot + c.slept
+}
+
+func (c *suspendClock) sleep(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.slept += d
+}
+
+// TestLeaseEndsAfterSuspend: the machine sleeps for two minutes inside a
+// one-minute lease. The monotonic clock did not move, but the masters'
+// keys expired: Until is past, Extend refuses, Done closes.
+func TestLeaseEndsAfterSuspend(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters)
+	clk := &suspendClock{}
+	c.clock = clk
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+	require.NoError(t, err)
+	done := l.Done()
+	assert.True(t, l.Until().After(time.Now().Add(50*time.Second)))
+
+	clk.sleep(2 * time.Minute)
+	assert.False(t, l.Until().After(time.Now()), "Until did not notice the suspend")
+	select {
+	case <-done:
+	case <-time.After(3 * leaseCheck):
+		t.Fatal("Done not closed after the suspend")
+	}
+	assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+
+	// Without the suspend, the same lease is intact.
+	l2, err := c.TryLock(ctx, resourceName(t), time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l2.Extend(ctx, time.Minute))
+	require.NoError(t, l2.Unlock(ctx))
+}
+
+// TestRingRefused: a *redis.Ring re-homes keys when a shard is marked down,
+// so it cannot be a master.
+func TestRingRefused(t *testing.T) {
+	_, masters := miniMasters(t, 2)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	t.Cleanup(func() { _ = ring.Close() })
+	_, err := New([]Master{masters[0], masters[1], ring})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "Ring")
+}
+
+// TestFailoverMasters: three Sentinel-managed masters under different
+// names all report the address "FailoverClient"; they are accepted, and
+// named by their position.
+func TestFailoverMasters(t *testing.T) {
+	masters := make([]Master, 3)
+	for i := range masters {
+		fc := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: fmt.Sprintf("lock-%d", i), SentinelAddrs: []string{"127.0.0.1:1"},
+			MaxRetries: -1, DialTimeout: 50 * time.Millisecond,
+		})
+		t.Cleanup(func() { _ = fc.Close() })
+		masters[i] = fc
+	}
+	c, err := New(masters)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"master 0", "master 1", "master 2"}, c.addrs)
+	_, err = New([]Master{masters[0], masters[0]})
+	assert.ErrorIs(t, err, ErrInvalidArgument, "the same client twice is still refused")
+}
+
+// TestCounterRegressedEndsLock: a fence counter that went backwards ends
+// Lock at once, logged at Error: retrying would mint more values the counter
+// may have handed out before.
+func TestCounterRegressedEndsLock(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	m := &countingMinter{err: fmt.Errorf("%w: INCR gave 5", fence.ErrCounterRegressed)}
+	var buf syncBuffer
+	c := newTestClient(t, masters, WithFence(m), WithRetry(10, time.Millisecond, 0),
+		WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))))
+	_, err := c.Lock(context.Background(), resourceName(t), time.Minute)
+	require.ErrorIs(t, err, ErrFenceUnavailable)
+	require.ErrorIs(t, err, fence.ErrCounterRegressed)
+	assert.Equal(t, int64(1), m.calls.Load(), "Lock retried through a regressed counter")
+	assert.Contains(t, buf.String(), "level=ERROR")
+}
+
+// wrappedNil returns go-redis's nil reply wrapped, as a middleware might.
+type wrappedNil struct{ *redis.Client }
+
+func (m wrappedNil) Process(ctx context.Context, cmd redis.Cmder) error {
+	if err := m.Client.Process(ctx, cmd); err != nil {
+		return fmt.Errorf("traced: %w", err)
+	}
+	return nil
+}
+
+// TestWrappedNilIsARefusal: a nil reply that reaches us wrapped is still
+// "held by another", not a failed master.
+func TestWrappedNilIsARefusal(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	for i := range masters {
+		masters[i] = wrappedNil{masters[i].(*redis.Client)}
+	}
+	res := resourceName(t)
+	for _, s := range servers {
+		require.NoError(t, s.Set("lock:"+res, "someone-else"))
+	}
+	_, err := newTestClient(t, masters).TryLock(context.Background(), res, time.Minute)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	assert.False(t, errors.Is(err, ErrQuorumUnavailable))
+}
+
+// TestBreaker: the breaker's states on a clock the test moves.
+func TestBreaker(t *testing.T) {
+	const timeout = int64(50 * time.Millisecond)
+	ms := int64(time.Millisecond)
+	var h health
+	ok, probe := h.enter(0, timeout)
+	require.True(t, ok)
+	require.False(t, probe)
+	// A second call while the first is in flight, within the timeout: fine.
+	ok, probe = h.enter(10*ms, timeout)
+	require.True(t, ok)
+	require.False(t, probe)
+	h.exit(20*ms, false, true) // the second replied
+	// The first has been out 70 ms, but the master replied 50 ms ago: fine.
+	ok, _ = h.enter(70*ms, timeout)
+	require.True(t, ok)
+	h.exit(70*ms, false, true)
+	// Nothing replied for 60 ms while calls were in flight: stuck. One probe.
+	ok, probe = h.enter(131*ms, timeout)
+	require.True(t, ok)
+	require.True(t, probe)
+	ok, _ = h.enter(132*ms, timeout)
+	assert.False(t, ok, "a second call while the probe runs")
+	h.exit(140*ms, true, false) // the probe failed without a reply
+	ok, probe = h.enter(141*ms, timeout)
+	require.True(t, ok, "a new probe once the last one returned")
+	require.True(t, probe)
+	h.exit(150*ms, true, true) // the master replied: closed again
+	h.exit(150*ms, false, false)
+	ok, probe = h.enter(151*ms, timeout)
+	assert.True(t, ok)
+	assert.False(t, probe)
+	h.exit(152*ms, false, true)
+	// Idle for an hour, then a burst: the first calls of a busy spell are
+	// never taken for stuck ones.
+	hour := int64(time.Hour)
+	ok, _ = h.enter(hour, timeout)
+	require.True(t, ok)
+	ok, probe = h.enter(hour+ms, timeout)
+	assert.True(t, ok)
+	assert.False(t, probe)
+}
