@@ -63,10 +63,10 @@ func Example_fencedInventoryUpdate() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("stock %s, written with fence %d by B\n", value, f)
+	fmt.Printf("stock %s, written with B's fence: %t, newer than A's: %t\n", value, f == fb, f > fa)
 	// Output:
 	// A's write refused: true
-	// stock 99, written with fence 2 by B
+	// stock 99, written with B's fence: true, newer than A's: true
 }
 
 // The same update in PostgreSQL (run it against your database): one
