@@ -20,8 +20,8 @@ import (
 // runs the mint script on the node. *redis.Client and *redis.ClusterClient
 // satisfy it; [NewRedisCounter] refuses a *redis.Ring.
 //
-// [RedisCounter.CheckDurability] needs more (CONFIG GET); it looks for it
-// at run time, so that a counter on a node that refuses those commands
+// [RedisCounter.CheckDurability] needs more (CONFIG GET, INFO); it looks for
+// it at run time, so that a counter on a node that refuses those commands
 // can still mint.
 type Incrementer interface {
 	redis.Scripter
@@ -230,31 +230,32 @@ func mint(ctx context.Context, a mintCall) (mintReply, error) {
 // often rename or disable CONFIG, and such a node can still count.
 type configReader interface {
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
 }
 
 var _ configReader = (*redis.Client)(nil)
 
-// durable lists the settings under which a node keeps every INCR it
+// durable lists the settings under which a node keeps every mint it
 // acknowledged: each write reaches the append-only file, fsynced, before the
-// reply, and a full memory refuses writes rather than evicting counters.
+// reply, also while the file is rewritten, and a full memory refuses writes
+// rather than evicting counters.
 var durable = [...]struct{ name, want string }{
 	{"appendonly", "yes"},
 	{"appendfsync", "always"},
+	{"no-appendfsync-on-rewrite", "no"},
 	{"maxmemory-policy", "noeviction"},
 }
 
-// CheckDurability reads appendonly, appendfsync and maxmemory-policy on the
-// counter node with CONFIG GET. It returns nil only when they are yes,
-// always and noeviction. Otherwise the error wraps [ErrNotDurable] and names,
-// on one line, each setting that is wrong and the value it needs; it also
-// wraps ErrNotDurable when the settings could not be read (a node that
-// refuses CONFIG, as managed services often do, a client without ConfigGet,
-// a timeout), since durability is then unproven. Run it at startup. The
-// three reads together are bounded like [RedisCounter.Mint].
+// CheckDurability reads the counter node's settings (CONFIG GET) and role
+// (INFO replication). It returns nil only for a primary with appendonly yes,
+// appendfsync always, no-appendfsync-on-rewrite no and maxmemory-policy
+// noeviction; otherwise, or when they could not be read, an error wrapping
+// [ErrNotDurable] that names on one line each wrong setting. Run it at
+// startup. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 	node, ok := c.node.(configReader)
 	if !ok {
-		return fmt.Errorf("%w: its settings could not be read: %T has no ConfigGet method", ErrNotDurable, c.node)
+		return fmt.Errorf("%w: its settings could not be read: %T has no ConfigGet or Info method", ErrNotDurable, c.node)
 	}
 	got, err := bounded(ctx, c.timeout, readConfig, node)
 	if err != nil {
@@ -266,6 +267,9 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 			wrong = append(wrong, fmt.Sprintf("%s is %q, want %q", s.name, v, s.want))
 		}
 	}
+	if role := got["role"]; role != "master" {
+		wrong = append(wrong, fmt.Sprintf("role is %q, want \"master\" (a replica's counter can be behind its primary's)", role))
+	}
 	if len(wrong) > 0 {
 		return fmt.Errorf("%w: %s", ErrNotDurable, strings.Join(wrong, ", "))
 	}
@@ -273,7 +277,7 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 }
 
 func readConfig(ctx context.Context, node configReader) (map[string]string, error) {
-	got := make(map[string]string, len(durable))
+	got := make(map[string]string, len(durable)+1)
 	for _, s := range durable {
 		m, err := node.ConfigGet(ctx, s.name).Result()
 		if err != nil {
@@ -285,7 +289,17 @@ func readConfig(ctx context.Context, node configReader) (map[string]string, erro
 		}
 		got[s.name] = v
 	}
-	return got, nil
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO replication: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
+			got["role"] = v
+			return got, nil
+		}
+	}
+	return nil, errors.New("INFO replication: no role")
 }
 
 // Seed raises the counter of resource to at least atLeast, never lowers it,

@@ -195,13 +195,36 @@ func TestCheckDurability(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotDurable)
 		assert.Contains(t, err.Error(), `maxmemory-policy is "allkeys-lru", want "noeviction"`)
 	})
+	durableArgs := []string{"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"}
 	t.Run("durable", func(t *testing.T) {
-		srv := redistest.Start(t, redisserver.Options{Args: []string{
-			"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction",
-		}})
+		srv := redistest.Start(t, redisserver.Options{Args: durableArgs})
 		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
 		require.NoError(t, err)
 		assert.NoError(t, c.CheckDurability(t.Context()))
+	})
+	t.Run("no-appendfsync-on-rewrite", func(t *testing.T) {
+		srv := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{"--no-appendfsync-on-rewrite", "yes"})})
+		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
+		require.NoError(t, err)
+		err = c.CheckDurability(t.Context())
+		require.ErrorIs(t, err, ErrNotDurable)
+		assert.Contains(t, err.Error(), `no-appendfsync-on-rewrite is "yes", want "no"`)
+	})
+	t.Run("replica", func(t *testing.T) {
+		primary := redistest.Start(t, redisserver.Options{Args: durableArgs})
+		replica := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{
+			"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())})})
+		c, err := NewRedisCounter(redistest.Client(t, replica.Addr()))
+		require.NoError(t, err)
+		err = c.CheckDurability(t.Context())
+		require.ErrorIs(t, err, ErrNotDurable)
+		assert.Contains(t, err.Error(), `role is "slave", want "master"`)
+		assert.NotContains(t, err.Error(), "appendonly", "only the role is wrong")
+		assert.NotContains(t, err.Error(), "\n")
+
+		onPrimary, err := NewRedisCounter(redistest.Client(t, primary.Addr()))
+		require.NoError(t, err)
+		assert.NoError(t, onPrimary.CheckDurability(t.Context()), "a primary with replicas is durable")
 	})
 	t.Run("no CONFIG", func(t *testing.T) {
 		_, c := newCounter(t) // miniredis has no CONFIG command
