@@ -20,7 +20,7 @@ import (
 var ErrNoRow = errors.New("fence: no row matches")
 
 // DB is the part of a pgx connection or pool that [PGCounter] and [PGGuard] need.
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it; [NewPGCounter] refuses a pgx.Tx.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -79,20 +79,23 @@ type PGCounter struct {
 
 var _ Minter = (*PGCounter)(nil)
 
-// NewPGCounter returns a counter that runs its statements on db. The table must exist (see
-// [CounterSchema]).
+// NewPGCounter returns a counter that runs its statements on db, each committed on its own.
+// A pgx.Tx gives [ErrInvalidArgument]: a mint in a transaction that rolls back is handed out
+// again. A *pgx.Conn inside a transaction block (after BEGIN) has the same flaw and cannot be
+// detected: do not pass one. The table must exist (see [CounterSchema]).
 func NewPGCounter(db DB) (*PGCounter, error) {
 	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		return nil, fmt.Errorf("%w: a pgx.Tx: a mint that rolls back would be handed out again; pass the pool", ErrInvalidArgument)
 	}
 	return &PGCounter{db: db}, nil
 }
 
 // Mint increments the counter of resource, creating it at 1, and returns its new value, in
 // one statement. It returns when ctx ends, as pgx does; a statement that the server received
-// may still commit after that, which leaves a gap in the sequence but never a repeat. Inside a
-// transaction (db a pgx.Tx), the value is only reserved once the transaction commits, and
-// concurrent mints of the same resource wait for it.
+// may still commit after that, which leaves a gap in the sequence but never a repeat.
 func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
@@ -112,8 +115,9 @@ func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 
 // Seed raises the counter of resource to at least atLeast, and never lowers it, in one
 // statement; the next Mint then returns more than atLeast. It is how a counter continues
-// from another one (the Redis counter it replaces), or is repaired from the largest fence
-// that storage holds. A seed of 0 changes nothing.
+// from another one (the Redis counter it replaces). As a repair after a loss, atLeast must
+// exceed every fence that may have been handed out, with a margin: storage's largest fence
+// misses those minted but never written (docs/fencing.md). A seed of 0 changes nothing.
 func (c *PGCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
 	if resource == "" {
 		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)

@@ -163,6 +163,44 @@ func TestPGCounterBadInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "quorumlock_fence")
 }
 
+// TestPGCounterRefusesTx: a counter inside a transaction would hand out
+// again the values of a transaction that rolled back. A pgx.Tx is refused;
+// a *pgx.Conn inside a transaction block cannot be told apart, and shows the
+// failure the refusal prevents.
+func TestPGCounterRefusesTx(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t, pgtest.Shared(t))
+	pool := pgtest.Pool(t, dsn)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, schemaSQL)
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	c, err := NewPGCounter(tx)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Nil(t, c)
+	require.NoError(t, tx.Rollback(ctx))
+
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	inBlock, err := NewPGCounter(conn)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	v, err := inBlock.Mint(ctx, "a:1")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	onPool, err := NewPGCounter(pool)
+	require.NoError(t, err)
+	again, err := onPool.Mint(ctx, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, v, again, "the rolled-back mint's value is handed out again")
+}
+
 func TestPGCounterContext(t *testing.T) {
 	t.Parallel()
 	pool, c := newPGCounter(t)
