@@ -19,8 +19,9 @@
 // newer than the writer's, in one statement, and [PGGuard.Claim] takes rows
 // for a holder before it reads them; [RedisGuard] does the same for values
 // kept in Redis. A refused write returns [ErrFenceRejected] and is counted
-// in [Rejected] (lock_fence_rejected_total). Zero rows changed is never
-// success. docs/fencing.md explains the model, the claim-then-write pattern
+// in [Rejected] (lock_fence_rejected_total); a row that a concurrent
+// transaction changed gives [ErrConflict], to retry. Zero rows changed is
+// never success. docs/fencing.md explains the model, the claim-then-write pattern
 // and the <= versus < choice ([AtLeast], [Newer]).
 //
 // The package does not take locks; see the redlock package.
