@@ -6,20 +6,22 @@
 // writes that carry an older one, which is what makes a write safe when a
 // lock holder was paused past its lease.
 //
-// Counters ([Minter]): [RedisCounter] keeps INCR fence:<resource> on one
-// dedicated Redis node, which must not be one of the lock's masters and must
-// not lose writes ([RedisCounter.CheckDurability] checks appendonly,
-// appendfsync and the eviction policy); it refuses to hand out a token
-// smaller than one it minted before ([ErrCounterRegressed]), and
-// [RedisCounter.Seed] raises a counter after a loss. [PGCounter] keeps the
-// counter in a PostgreSQL table instead.
+// Counters ([Minter]): [RedisCounter] mints on the key fence:<resource> of
+// one dedicated Redis node, not one of the lock's masters. It increments the
+// key, and starts a missing one (a new resource, or a key the node lost)
+// from the node's clock in microseconds, so that no fence is handed out
+// twice, by any process, across a loss, while that clock does not go back
+// ([RedisCounter.Mint]). [RedisCounter.CheckDurability] checks that the node
+// keeps what it acknowledged. [PGCounter] keeps the counter in a PostgreSQL
+// table instead.
 //
 // Guards: [PGGuard] runs a caller's UPDATE only when the row's fence is not
 // newer than the writer's, in one statement, and [PGGuard.Claim] takes rows
 // for a holder before it reads them; [RedisGuard] does the same for values
 // kept in Redis. A refused write returns [ErrFenceRejected] and is counted
-// in [Rejected] (lock_fence_rejected_total). Zero rows changed is never
-// success. docs/fencing.md explains the model, the claim-then-write pattern
+// in [Rejected] (lock_fence_rejected_total); a row that a concurrent
+// transaction changed gives [ErrConflict], to retry. Zero rows changed is
+// never success. docs/fencing.md explains the model, the claim-then-write pattern
 // and the <= versus < choice ([AtLeast], [Newer]).
 //
 // The package does not take locks; see the redlock package.
@@ -41,8 +43,8 @@ type Minter interface {
 var (
 	// ErrInvalidArgument reports a bad resource name or option.
 	ErrInvalidArgument = errors.New("fence: invalid argument")
-	// ErrCounter reports a counter that answered with a value that is no
-	// fencing token: not an integer, or not above zero.
+	// ErrCounter reports a counter that holds a value that is no fencing
+	// token: not an integer, or not above zero. It is left as it was.
 	ErrCounter = errors.New("fence: counter returned an invalid value")
 )
 

@@ -63,10 +63,10 @@ func Example_fencedInventoryUpdate() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("stock %s, written with fence %d by B\n", value, f)
+	fmt.Printf("stock %s, written with B's fence: %t, newer than A's: %t\n", value, f == fb, f > fa)
 	// Output:
 	// A's write refused: true
-	// stock 99, written with fence 2 by B
+	// stock 99, written with B's fence: true, newer than A's: true
 }
 
 // The same update in PostgreSQL (run it against your database): one
@@ -81,13 +81,15 @@ func ExamplePGGuard_Update() {
 	}
 	guard := fence.PGGuard{Table: "inventory"}
 	token, _ := lock.Fence()
-	// UPDATE "inventory" SET qty = qty - $1, "fence" = $3 WHERE (sku = $2) AND "fence" <= $3
+	// UPDATE "inventory" SET qty = qty - $1, "fence" = GREATEST("fence", $3) WHERE (sku = $2) AND "fence" <= $3
 	_, err := guard.Update(ctx, db, token, "qty = qty - $1", "sku = $2", 1, "WH-01")
 	switch {
 	case errors.Is(err, fence.ErrFenceRejected):
 		// a newer holder has written: this one's lock is stale; do not retry the write
 	case errors.Is(err, fence.ErrNoRow):
 		// no such SKU
+	case errors.Is(err, fence.ErrConflict):
+		// another transaction changed the row meanwhile: read it again and retry
 	case err != nil:
 		// the database failed
 	}

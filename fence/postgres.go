@@ -15,12 +15,18 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 )
 
-// ErrNoRow reports a guarded update whose WHERE clause matches no row: nothing was written,
-// and no fence was involved.
-var ErrNoRow = errors.New("fence: no row matches")
+var (
+	// ErrNoRow reports a guarded update whose WHERE clause matches no row: nothing was
+	// written, and no fence was involved.
+	ErrNoRow = errors.New("fence: no row matches")
+	// ErrConflict reports a guarded update that changed nothing because a concurrent
+	// transaction changed the rows it matched while it waited for them, and stored no newer
+	// fence: they no longer match, or are gone. Nothing was written; retry the statement.
+	ErrConflict = errors.New("fence: row changed concurrently; retry")
+)
 
 // DB is the part of a pgx connection or pool that [PGCounter] and [PGGuard] need.
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it; [NewPGCounter] refuses a pgx.Tx.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -50,23 +56,33 @@ RETURNING value`
 ON CONFLICT (resource) DO UPDATE SET value = GREATEST(quorumlock_fence.value, EXCLUDED.value)`
 
 	// updateSQL is the statement of PGGuard.Update and Claim, for table (1), fence column (2),
-	// the SET assignments, the fence's last (3),
-	// where (4), the fence's placeholder number (5) and comparison (6). The check of why
-	// nothing changed runs in the same statement, and only then (an initplan in an untaken
-	// CASE branch never executes): a second statement with where alone could not be prepared
-	// when set uses a placeholder that where does not, since PostgreSQL could not type it.
-	// The check reads the statement's snapshot; a NULL fence reads as -1, so that such a row
-	// still counts as a match. A newline ends each fragment of the caller, so that a trailing
-	// "--" comment in one cannot comment out the rest.
+	// the SET assignments, the fence's last (3), where (4), the fence's placeholder number (5)
+	// and comparison (6). The checks of why nothing changed run in the same statement, and
+	// only then (an initplan in an untaken CASE branch never executes): a second statement
+	// with where alone could not be prepared when set uses a placeholder that where does not,
+	// since PostgreSQL could not type it. seen reads the statement's snapshot; a NULL fence
+	// reads as -1, so that such a row still counts as a match. When seen admits the fence,
+	// a concurrent transaction changed the rows while the update waited for them, and latest
+	// reads their newest versions (a row lock, in read committed, follows the update chain and
+	// checks where again): a newer fence there is a rejection, anything else a conflict.
+	// FOR SHARE, not FOR KEY SHARE, which takes the old version when the update changed no
+	// key. It runs only on that path, and holds its locks until the transaction ends. A
+	// newline ends each fragment of the caller, so that a trailing "--" comment in one cannot
+	// comment out the rest.
 	updateSQL = `WITH fenced AS (
 	UPDATE %[1]s SET %[3]s
 	WHERE (%[4]s
 	) AND %[2]s %[6]s $%[5]d
 	RETURNING 1
+), outcome AS (
+	SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(%[2]s, -1)) FROM %[1]s WHERE (%[4]s
+)) END AS seen
+	FROM (SELECT count(*) AS changed FROM fenced) AS c
 )
-SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(%[2]s, -1)) FROM %[1]s WHERE (%[4]s
-)) END
-FROM (SELECT count(*) AS changed FROM fenced) AS c`
+SELECT changed, seen, CASE WHEN seen >= 0 AND seen %[6]s $%[5]d THEN (SELECT max(coalesce(f, -1))
+	FROM (SELECT %[2]s AS f FROM %[1]s WHERE (%[4]s
+) FOR SHARE) AS l) END
+FROM outcome`
 )
 
 // PGCounter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
@@ -79,20 +95,23 @@ type PGCounter struct {
 
 var _ Minter = (*PGCounter)(nil)
 
-// NewPGCounter returns a counter that runs its statements on db. The table must exist (see
-// [CounterSchema]).
+// NewPGCounter returns a counter that runs its statements on db, each committed on its own.
+// A pgx.Tx gives [ErrInvalidArgument]: a mint in a transaction that rolls back is handed out
+// again. A *pgx.Conn inside a transaction block (after BEGIN) has the same flaw and cannot be
+// detected: do not pass one. The table must exist (see [CounterSchema]).
 func NewPGCounter(db DB) (*PGCounter, error) {
 	if nilcheck.Is(db) {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		return nil, fmt.Errorf("%w: a pgx.Tx: a mint that rolls back would be handed out again; pass the pool", ErrInvalidArgument)
 	}
 	return &PGCounter{db: db}, nil
 }
 
 // Mint increments the counter of resource, creating it at 1, and returns its new value, in
 // one statement. It returns when ctx ends, as pgx does; a statement that the server received
-// may still commit after that, which leaves a gap in the sequence but never a repeat. Inside a
-// transaction (db a pgx.Tx), the value is only reserved once the transaction commits, and
-// concurrent mints of the same resource wait for it.
+// may still commit after that, which leaves a gap in the sequence but never a repeat.
 func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
@@ -112,8 +131,9 @@ func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 
 // Seed raises the counter of resource to at least atLeast, and never lowers it, in one
 // statement; the next Mint then returns more than atLeast. It is how a counter continues
-// from another one (the Redis counter it replaces), or is repaired from the largest fence
-// that storage holds. A seed of 0 changes nothing.
+// from another one (the Redis counter it replaces). As a repair after a loss, atLeast must
+// exceed every fence that may have been handed out, with a margin: storage's largest fence
+// misses those minted but never written (docs/fencing.md). A seed of 0 changes nothing.
 func (c *PGCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
 	if resource == "" {
 		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)
@@ -175,22 +195,23 @@ func (g PGGuard) Migration() string {
 // in them, if fence passes the guard's comparison with the fence stored in each, in one
 // statement:
 //
-//	UPDATE <table> SET <set>, <fence> = $N WHERE (<where>) AND <fence> <= $N
+//	UPDATE <table> SET <set>, <fence> = GREATEST(<fence>, $N) WHERE (<where>) AND <fence> <= $N
 //
 // (< for Newer), where set and where are SQL fragments of the caller that use $1 to
 // $len(args) for args, and N is len(args)+1. The fragments run as SQL: never build them from
 // input, pass values in args. It returns the number of rows changed, at least 1, with a nil
 // error.
 //
-// When no row changed, the same statement tells why: if a row matches where, its stored
-// fence refused the write, and Update counts the rejection in [Rejected] and returns an error
-// wrapping [ErrFenceRejected] with the stored and offered fence; if none matches, it returns
-// [ErrNoRow]. A rejection is not an SQL error: a transaction that db runs stays usable, and
-// the caller should roll it back. In read committed, a row changed or deleted by a concurrent
-// transaction while this statement waited for its lock counts as a rejection. Each row is
-// checked on its own: when where matches rows with different stored fences, only those that
-// admit fence change, and the count says how many. A matching row whose fence is NULL refuses
-// every fence and gives an error that is neither of the two above.
+// When no row changed, the same statement tells why: if a matching row stores a fence that
+// refuses the write, Update counts the rejection in [Rejected] and returns an error wrapping
+// [ErrFenceRejected] with the stored and offered fence; if none matches, [ErrNoRow]; if a
+// concurrent transaction changed the matching rows while the statement waited for them and
+// stored no newer fence (they no longer match, or are gone), [ErrConflict], not counted, to
+// retry. None of them is an SQL error: a transaction that db runs stays usable, and the
+// caller should roll it back. Each row is checked on its own: when where matches rows with
+// different stored fences, only those that admit fence change, and the count says how many.
+// A matching row whose fence is NULL refuses every fence and gives an error that is none of
+// the above.
 //
 // An empty Table, set or where, a fence of 0 or above math.MaxInt64, or an unknown Compare
 // gives [ErrInvalidArgument] and runs nothing.
@@ -241,32 +262,40 @@ func (g PGGuard) update(ctx context.Context, db DB, fence uint64, set, where str
 		return 0, err
 	}
 
-	assign := fmt.Sprintf("%s = $%d", g.column(), len(args)+1)
+	// GREATEST: even a fragment that escapes its parentheses, and with them the fence
+	// check, cannot lower the stored fence.
+	assign := fmt.Sprintf("%[1]s = GREATEST(%[1]s, $%[2]d)", g.column(), len(args)+1)
 	if set != "" {
 		assign = set + "\n, " + assign // a line of its own: a trailing -- comment in set cannot hide it
 	}
 	sql := fmt.Sprintf(updateSQL, g.table(), g.column(), assign, where, len(args)+1, op)
 	var (
 		changed int64
-		stored  *int64 // nil: no row matches where, or rows were changed
+		seen    *int64 // nil: no row matches where, or rows were changed
+		latest  *int64 // nil unless seen admits fence
 	)
 	args = append(args[:len(args):len(args)], int64(fence))
-	if err := db.QueryRow(ctx, sql, args...).Scan(&changed, &stored); err != nil {
+	if err := db.QueryRow(ctx, sql, args...).Scan(&changed, &seen, &latest); err != nil {
 		return 0, fmt.Errorf("fence: update %s: %w", g.Table, err)
 	}
 	switch {
 	case changed > 0:
 		return changed, nil
-	case stored == nil:
+	case seen == nil:
 		return 0, fmt.Errorf("%w in %s", ErrNoRow, g.Table)
-	case *stored < 0:
+	case *seen < 0:
 		// A misconfigured column, not a stale writer: not counted as a rejection.
 		return 0, fmt.Errorf("fence: update %s: a matching row has a NULL fence, which no fence passes; make the column NOT NULL (see Migration)", g.Table)
-	case uint64(*stored) < fence || (g.Compare == AtLeast && uint64(*stored) == fence):
-		// The stored fence, as this statement's snapshot saw it, admits ours: a concurrent
-		// transaction changed the row while we waited for its lock.
-		return 0, fmt.Errorf("%w: %s changed concurrently (offered %d)", reject(), g.Table, fence)
+	case !g.admits(*seen, fence):
+		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", reject(), g.Table, *seen, fence)
+	case latest != nil && *latest >= 0 && !g.admits(*latest, fence):
+		return 0, fmt.Errorf("%w: %s stores fence %d, written while this update waited, offered %d", reject(), g.Table, *latest, fence)
 	default:
-		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", reject(), g.Table, *stored, fence)
+		return 0, fmt.Errorf("%w: %s, offered fence %d", ErrConflict, g.Table, fence)
 	}
+}
+
+// admits reports whether the guard admits fence against stored, a fence of 0 or more.
+func (g PGGuard) admits(stored int64, fence uint64) bool {
+	return uint64(stored) < fence || (g.Compare == AtLeast && uint64(stored) == fence)
 }

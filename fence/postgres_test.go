@@ -163,6 +163,44 @@ func TestPGCounterBadInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "quorumlock_fence")
 }
 
+// TestPGCounterRefusesTx: a counter inside a transaction would hand out
+// again the values of a transaction that rolled back. A pgx.Tx is refused;
+// a *pgx.Conn inside a transaction block cannot be told apart, and shows the
+// failure the refusal prevents.
+func TestPGCounterRefusesTx(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.NewDatabase(t, pgtest.Shared(t))
+	pool := pgtest.Pool(t, dsn)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, schemaSQL)
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	c, err := NewPGCounter(tx)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Nil(t, c)
+	require.NoError(t, tx.Rollback(ctx))
+
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	inBlock, err := NewPGCounter(conn)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	v, err := inBlock.Mint(ctx, "a:1")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	onPool, err := NewPGCounter(pool)
+	require.NoError(t, err)
+	again, err := onPool.Mint(ctx, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, v, again, "the rolled-back mint's value is handed out again")
+}
+
 func TestPGCounterContext(t *testing.T) {
 	t.Parallel()
 	pool, c := newPGCounter(t)
@@ -532,4 +570,128 @@ func TestPGGuardClaim(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = g.Claim(ctx, pool, 50, " ", "WH-01")
 	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// waitForLockWaiter returns once a session of the test's database waits for
+// a lock.
+func waitForLockWaiter(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond, "the guarded update never waited for the row")
+}
+
+// TestPGGuardConcurrentChange: a transaction changes the row while a guarded
+// update waits for it. Only a newer fence stored by that transaction is a
+// rejection; a row that no longer matches, or is gone, is a conflict to
+// retry, not counted; a change that keeps the row matching and admits the
+// fence lets the update through. Not parallel: it counts Rejected.
+func TestPGGuardConcurrentChange(t *testing.T) {
+	const (
+		take  = "qty = qty - $1"
+		where = "sku = $2 AND qty >= $1"
+	)
+	g := PGGuard{Table: "inventory"}
+	tests := []struct {
+		name     string
+		change   func(ctx context.Context, tx pgx.Tx) error
+		want     error // nil: the update goes through
+		retry    error // what the same update gives afterwards
+		rejected uint64
+		qty      int    // left in the row at the end; -1: no row
+		msg      string // in the first error
+	}{
+		{"condition made false, same fence", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := g.Update(ctx, tx, 7, take, where, 10, "WH-01")
+			return err
+		}, ErrConflict, ErrNoRow, 0, 0, "retry"},
+		{"row deleted", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "DELETE FROM inventory WHERE sku = 'WH-01'")
+			return err
+		}, ErrConflict, ErrNoRow, 0, -1, "retry"},
+		{"newer fence", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := g.Update(ctx, tx, 8, take, where, 1, "WH-01")
+			return err
+		}, ErrFenceRejected, ErrFenceRejected, 2, 9, "stores fence 8, written while this update waited"},
+		{"still matches, same fence", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := g.Update(ctx, tx, 7, take, where, 1, "WH-01")
+			return err
+		}, nil, ErrNoRow, 0, 4, ""}, // 4 left: the retry's 5 do not match
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := inventory(t)
+			ctx := t.Context()
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(context.Background())
+			require.NoError(t, tt.change(ctx, tx))
+
+			before := Rejected()
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.Update(ctx, pool, 7, take, where, 5, "WH-01")
+				done <- err
+			}()
+			waitForLockWaiter(t, pool)
+			require.NoError(t, tx.Commit(ctx))
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the guarded update did not return after the commit")
+			}
+			if tt.want == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tt.want)
+				assert.Contains(t, err.Error(), tt.msg)
+			}
+			if tt.want == ErrConflict {
+				assert.NotErrorIs(t, err, ErrFenceRejected)
+			}
+			_, err = g.Update(ctx, pool, 7, take, where, 5, "WH-01")
+			require.ErrorIs(t, err, tt.retry, "the retry")
+			assert.Equal(t, before+tt.rejected, Rejected())
+			var qty int
+			err = pool.QueryRow(ctx, "SELECT qty FROM inventory WHERE sku = 'WH-01'").Scan(&qty)
+			if tt.qty < 0 {
+				assert.ErrorIs(t, err, pgx.ErrNoRows)
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, tt.qty, qty)
+			}
+		})
+	}
+}
+
+// TestPGGuardNeverLowersFence: the fragments run as SQL. One that escapes
+// its parentheses escapes the fence check too, and the write lands; the
+// guard's own assignment, GREATEST(fence, $n), still keeps the stored fence
+// from going down, so that later stale writers stay refused. A SET fragment
+// cannot assign the fence column itself: PostgreSQL refuses two assignments.
+func TestPGGuardNeverLowersFence(t *testing.T) {
+	t.Parallel()
+	pool := inventory(t)
+	ctx := t.Context()
+	g := PGGuard{Table: "inventory"}
+	_, err := g.Update(ctx, pool, 42, setQty, whereSKU, 9, "WH-01")
+	require.NoError(t, err)
+
+	n, err := g.Update(ctx, pool, 41, setQty, "sku = $2) OR (false", 8, "WH-01")
+	require.NoError(t, err, "the escaped WHERE matched without the fence check")
+	assert.Equal(t, int64(1), n)
+	qty, fence := row(t, pool, "WH-01")
+	assert.Equal(t, 8, qty, "the stale write landed: the fragment escaped the check")
+	assert.Equal(t, int64(42), fence, "the stored fence did not go down")
+	_, err = g.Update(ctx, pool, 41, setQty, whereSKU, 7, "WH-01")
+	require.ErrorIs(t, err, ErrFenceRejected, "later stale writers stay refused")
+
+	_, err = g.Update(ctx, pool, 43, "qty = $1, fence = 0", whereSKU, 6, "WH-01")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "multiple assignments")
+	_, fence = row(t, pool, "WH-01")
+	assert.Equal(t, int64(42), fence)
 }

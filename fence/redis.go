@@ -16,52 +16,56 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 )
 
-// Incrementer is the part of a Redis client that a [RedisCounter] needs.
-// *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it.
+// Incrementer is the part of a Redis client that a [RedisCounter] needs: it
+// runs the mint script on the node. *redis.Client and *redis.ClusterClient
+// satisfy it; [NewRedisCounter] refuses a *redis.Ring.
 //
-// [RedisCounter.CheckDurability] and [RedisCounter.Seed] need more (CONFIG
-// GET, scripts); they look for it at run time, so that a counter on a node
-// that refuses those commands can still mint.
+// [RedisCounter.CheckDurability] needs more (CONFIG GET, INFO); it looks for
+// it at run time, so that a counter on a node that refuses those commands
+// can still mint.
 type Incrementer interface {
-	Incr(ctx context.Context, key string) *redis.IntCmd
+	redis.Scripter
 }
 
 var (
 	_ Incrementer = (*redis.Client)(nil)
-	_ Incrementer = (*redis.Ring)(nil)
 	_ Incrementer = (*redis.ClusterClient)(nil)
 )
 
 var (
 	// ErrNotDurable reports a counter node that may lose acknowledged
-	// INCRs, or whose settings could not be read to rule that out. A node
-	// that loses them restarts with smaller counters, and storage then
-	// refuses every honest writer.
+	// mints, or whose settings could not be read to rule that out. A lost
+	// counter restarts from the node's clock (see [RedisCounter.Mint]), which
+	// is safe only while that clock does not go back.
 	ErrNotDurable = errors.New("fence: counter node may lose fences")
 	// ErrCounterRegressed reports a counter that answered with a value no
 	// larger than one this process had already minted for the resource: the
-	// node restarted without its data, or someone reset the key. No fence is
-	// returned with it. Seed the counter from the storage
-	// ([RedisCounter.Seed]) and make the node durable before minting again.
-	ErrCounterRegressed = errors.New("fence: counter went backwards: it restarted empty or was reset")
+	// key came back older (its node's clock went back across a loss, a
+	// failover to a lagging replica, a hand-written value). No fence is
+	// returned, and this counter mints none for the resource until
+	// [RedisCounter.Seed] raises it.
+	ErrCounterRegressed = errors.New("fence: counter went backwards")
 )
 
-// DefaultTimeout bounds one call to the counter node (one INCR, one seed,
+// DefaultTimeout bounds one call to the counter node (one mint, one seed,
 // one durability check) when the caller's context has no earlier deadline.
 const DefaultTimeout = 250 * time.Millisecond
 
 var (
+	//go:embed scripts/mint.lua
+	mintLua    string
+	mintScript = redis.NewScript(mintLua)
+
 	//go:embed scripts/seed.lua
 	seedLua    string
 	seedScript = redis.NewScript(seedLua)
 )
 
-// RedisCounter mints tokens with INCR fence:<resource> on one Redis node.
-// It is safe for concurrent use.
+// RedisCounter mints tokens on the key fence:<resource> of one Redis node,
+// with one script per mint. It is safe for concurrent use.
 //
-// It remembers, for each resource, the largest value it minted, so that a
-// counter that went backwards is reported ([ErrCounterRegressed]) instead of
-// handing out a fence that was handed out before. That memory is never
+// It also remembers, for each resource, the largest value it minted, as a
+// second line of defence ([ErrCounterRegressed]). That memory is never
 // freed: it grows with the number of distinct resources minted in the
 // process, by a few tens of bytes plus the length of the name for each.
 type RedisCounter struct {
@@ -69,9 +73,18 @@ type RedisCounter struct {
 	timeout time.Duration
 
 	// mu guards the map, not the marks in it: a resource seen before costs a
-	// read lock and an atomic, and no allocation.
+	// read lock and atomics, and no allocation.
 	mu     sync.RWMutex
-	minted map[string]*atomic.Uint64
+	minted map[string]*mark
+}
+
+// mark is what a counter remembers of one resource.
+type mark struct {
+	minted atomic.Uint64 // the largest value minted
+	// regressed is set when the node answered at or below minted: every
+	// value up to the fences other processes minted may be handed out again,
+	// so the resource is refused until Seed raises the counter.
+	regressed atomic.Bool
 }
 
 var _ Minter = (*RedisCounter)(nil)
@@ -88,10 +101,15 @@ func WithTimeout(d time.Duration) CounterOption {
 }
 
 // NewRedisCounter returns a counter on node, which must not be one of the
-// lock's masters.
+// lock's masters. A *redis.Ring gives [ErrInvalidArgument]: it moves keys to
+// another shard when one is marked down, so it is no single authoritative
+// node.
 func NewRedisCounter(node Incrementer, opts ...CounterOption) (*RedisCounter, error) {
 	if nilcheck.Is(node) {
 		return nil, fmt.Errorf("%w: nil counter node", ErrInvalidArgument)
+	}
+	if _, ok := node.(*redis.Ring); ok {
+		return nil, fmt.Errorf("%w: a *redis.Ring moves keys between shards; the counter needs one node (*redis.Client)", ErrInvalidArgument)
 	}
 	c := &RedisCounter{node: node, timeout: DefaultTimeout}
 	for _, opt := range opts {
@@ -107,47 +125,57 @@ func NewRedisCounter(node Incrementer, opts ...CounterOption) (*RedisCounter, er
 // uses it to refuse a counter that lives on one of the lock's masters.
 func (c *RedisCounter) Node() Incrementer { return c.node }
 
-// Mint increments the counter of resource and returns its new value. It
-// returns within the counter's timeout or ctx's deadline, whichever is
-// earlier; an INCR that was sent but not answered in time may still be
-// applied by the server later, which leaves a gap in the sequence but never
-// a repeat.
-//
-// A value no larger than one this counter already minted for resource gives
-// [ErrCounterRegressed] and no fence. Only a counter object that minted
-// before the regression can see it: after a restart of this process, the
-// first symptom is storage that refuses every write ([ErrFenceRejected]).
+// Mint returns the next fence of resource: its counter plus one, or, when
+// the key is missing (a new resource or a lost key), the node's clock in
+// microseconds. No fence repeats, across processes and losses, while the
+// node's clock gains more microseconds over a key's life than the key has
+// mints (docs/fencing.md). It is bounded by ctx and the counter's timeout; a
+// mint given up may still be applied, which leaves a gap, never a repeat.
 func (c *RedisCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
 	}
 	key := Key(resource)
-	mark := c.mark(resource)
-	// Read before the INCR is sent: only values minted before it bind its
+	m := c.mark(resource)
+	// Read before the script is sent: only values minted before it bind its
 	// answer. A concurrent Mint may be answered later with a smaller value,
 	// which is not a regression.
-	floor := mark.Load()
-	n, err := bounded(ctx, c.timeout, incr, incrCall{c.node, key})
-	if err != nil {
-		return 0, fmt.Errorf("fence: INCR %s: %w", key, err)
+	floor := m.minted.Load()
+	if m.regressed.Load() {
+		return 0, c.refused(key, floor)
 	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%w: INCR %s gave %d", ErrCounter, key, n)
+	r, err := bounded(ctx, c.timeout, mint, mintCall{c.node, key})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("fence: mint %s: %w", key, err)
+	case r.bad != "":
+		return 0, fmt.Errorf("%w: %s holds no counter: %s", ErrCounter, key, r.bad)
+	case r.n <= 0:
+		return 0, fmt.Errorf("%w: %s gave %d", ErrCounter, key, r.n)
 	}
-	v := uint64(n)
+	v := uint64(r.n)
 	if v <= floor {
-		return 0, fmt.Errorf("%w: INCR %s gave %d, after this process had minted %d", ErrCounterRegressed, key, v, floor)
+		m.regressed.Store(true)
+		return 0, fmt.Errorf("%w: %s gave %d, after this process had minted %d; no fence is minted for it until Seed raises it", ErrCounterRegressed, key, v, floor)
+	}
+	if m.regressed.Load() {
+		// A concurrent Mint saw the regression while this one was in flight.
+		return 0, c.refused(key, floor)
 	}
 	for {
-		old := mark.Load()
-		if v <= old || mark.CompareAndSwap(old, v) {
+		old := m.minted.Load()
+		if v <= old || m.minted.CompareAndSwap(old, v) {
 			return v, nil
 		}
 	}
 }
 
-// mark returns the largest value minted for resource, creating it at 0.
-func (c *RedisCounter) mark(resource string) *atomic.Uint64 {
+func (c *RedisCounter) refused(key string, minted uint64) error {
+	return fmt.Errorf("%w: %s went back below %d, which this process had minted; no fence is minted for it until Seed raises it", ErrCounterRegressed, key, minted)
+}
+
+// mark returns what the counter remembers of resource, creating it at 0.
+func (c *RedisCounter) mark(resource string) *mark {
 	c.mu.RLock()
 	m := c.minted[resource]
 	c.mu.RUnlock()
@@ -158,9 +186,9 @@ func (c *RedisCounter) mark(resource string) *atomic.Uint64 {
 	defer c.mu.Unlock()
 	if m = c.minted[resource]; m == nil {
 		if c.minted == nil {
-			c.minted = make(map[string]*atomic.Uint64)
+			c.minted = make(map[string]*mark)
 		}
-		m = new(atomic.Uint64)
+		m = new(mark)
 		// A copy, so that the map does not keep alive a larger buffer the
 		// caller's string may point into.
 		c.minted[strings.Clone(resource)] = m
@@ -168,43 +196,66 @@ func (c *RedisCounter) mark(resource string) *atomic.Uint64 {
 	return m
 }
 
-type incrCall struct {
+type mintCall struct {
 	node Incrementer
 	key  string
 }
 
-func incr(ctx context.Context, a incrCall) (int64, error) { return a.node.Incr(ctx, a.key).Result() }
+// mintReply is the script's answer: a fence, or why the key holds none.
+type mintReply struct {
+	n   int64
+	bad string
+}
+
+func mint(ctx context.Context, a mintCall) (mintReply, error) {
+	v, err := mintScript.Run(ctx, a.node, []string{a.key}).Result()
+	if err != nil {
+		return mintReply{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return mintReply{n: v}, nil
+	case []any:
+		if len(v) == 1 {
+			if s, ok := v[0].(string); ok {
+				return mintReply{bad: s}, nil
+			}
+		}
+	}
+	return mintReply{bad: fmt.Sprintf("unexpected reply %v (%T)", v, v)}, nil
+}
 
 // configReader is what [RedisCounter.CheckDurability] needs beyond
 // [Incrementer]. It is not part of Incrementer because managed Redis services
 // often rename or disable CONFIG, and such a node can still count.
 type configReader interface {
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
 }
 
 var _ configReader = (*redis.Client)(nil)
 
-// durable lists the settings under which a node keeps every INCR it
+// durable lists the settings under which a node keeps every mint it
 // acknowledged: each write reaches the append-only file, fsynced, before the
-// reply, and a full memory refuses writes rather than evicting counters.
+// reply, also while the file is rewritten, and a full memory refuses writes
+// rather than evicting counters.
 var durable = [...]struct{ name, want string }{
 	{"appendonly", "yes"},
 	{"appendfsync", "always"},
+	{"no-appendfsync-on-rewrite", "no"},
 	{"maxmemory-policy", "noeviction"},
 }
 
-// CheckDurability reads appendonly, appendfsync and maxmemory-policy on the
-// counter node with CONFIG GET. It returns nil only when they are yes,
-// always and noeviction. Otherwise the error wraps [ErrNotDurable] and names,
-// on one line, each setting that is wrong and the value it needs; it also
-// wraps ErrNotDurable when the settings could not be read (a node that
-// refuses CONFIG, as managed services often do, a client without ConfigGet,
-// a timeout), since durability is then unproven. Run it at startup. The
-// three reads together are bounded like [RedisCounter.Mint].
+// CheckDurability reads the counter node's settings (CONFIG GET) and role
+// (INFO replication). It returns nil only for a primary with appendonly yes,
+// appendfsync always, no-appendfsync-on-rewrite no and maxmemory-policy
+// noeviction; otherwise, or when they could not be read, an error wrapping
+// [ErrNotDurable] that names on one line each wrong setting. Run it at
+// startup. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 	node, ok := c.node.(configReader)
 	if !ok {
-		return fmt.Errorf("%w: its settings could not be read: %T has no ConfigGet method", ErrNotDurable, c.node)
+		return fmt.Errorf("%w: its settings could not be read: %T has no ConfigGet or Info method", ErrNotDurable, c.node)
 	}
 	got, err := bounded(ctx, c.timeout, readConfig, node)
 	if err != nil {
@@ -216,6 +267,9 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 			wrong = append(wrong, fmt.Sprintf("%s is %q, want %q", s.name, v, s.want))
 		}
 	}
+	if role := got["role"]; role != "master" {
+		wrong = append(wrong, fmt.Sprintf("role is %q, want \"master\" (a replica's counter can be behind its primary's)", role))
+	}
 	if len(wrong) > 0 {
 		return fmt.Errorf("%w: %s", ErrNotDurable, strings.Join(wrong, ", "))
 	}
@@ -223,7 +277,7 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 }
 
 func readConfig(ctx context.Context, node configReader) (map[string]string, error) {
-	got := make(map[string]string, len(durable))
+	got := make(map[string]string, len(durable)+1)
 	for _, s := range durable {
 		m, err := node.ConfigGet(ctx, s.name).Result()
 		if err != nil {
@@ -235,18 +289,25 @@ func readConfig(ctx context.Context, node configReader) (map[string]string, erro
 		}
 		got[s.name] = v
 	}
-	return got, nil
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return nil, fmt.Errorf("INFO replication: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "role:"); ok {
+			got["role"] = v
+			return got, nil
+		}
+	}
+	return nil, errors.New("INFO replication: no role")
 }
 
-// Seed raises the counter of resource to at least atLeast, and never lowers
-// it, atomically (one script). It is the repair after a counter node lost its
-// data: for each resource, seed the counter from the largest fence the
-// storage holds, so that the next Mint is above every fence storage has seen
-// and honest writers are admitted again. It never seeds below the largest
-// value this counter minted for resource, since those fences were handed out
-// even if they never reached storage. The counter node must implement
-// [redis.Scripter] (*redis.Client does); otherwise Seed returns
-// [ErrInvalidArgument]. It is bounded like [RedisCounter.Mint].
+// Seed raises the counter of resource to at least atLeast, never lowers it,
+// and gives a missing key at least the floor a mint would, atomically (one
+// script). It is for a counter that continues another one (a migration), and
+// the repair after [ErrCounterRegressed]: atLeast must then exceed every fence
+// any process may have minted, with a margin (docs/fencing.md). It lifts this
+// counter's refusal of resource. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
 	if resource == "" {
 		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)
@@ -254,20 +315,18 @@ func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64
 	if atLeast > math.MaxInt64 {
 		return fmt.Errorf("%w: seed %d is above what INCR can count to", ErrInvalidArgument, atLeast)
 	}
-	node, ok := c.node.(redis.Scripter)
-	if !ok {
-		return fmt.Errorf("%w: counter node %T cannot run scripts (redis.Scripter)", ErrInvalidArgument, c.node)
-	}
 	key := Key(resource)
-	floor := max(atLeast, c.mark(resource).Load())
-	if _, err := bounded(ctx, c.timeout, seed, seedCall{node, key, floor}); err != nil {
+	m := c.mark(resource)
+	floor := max(atLeast, m.minted.Load())
+	if _, err := bounded(ctx, c.timeout, seed, seedCall{c.node, key, floor}); err != nil {
 		return fmt.Errorf("fence: seed %s to %d: %w", key, floor, err)
 	}
+	m.regressed.Store(false)
 	return nil
 }
 
 type seedCall struct {
-	node  redis.Scripter
+	node  Incrementer
 	key   string
 	floor uint64
 }

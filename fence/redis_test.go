@@ -3,7 +3,11 @@ package fence
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,20 +31,33 @@ func newCounter(t *testing.T, opts ...CounterOption) (*miniredis.Miniredis, *Red
 	return srv, c
 }
 
+// TestMintIncreases: a new resource starts at the node's clock in
+// microseconds and then counts up by one.
 func TestMintIncreases(t *testing.T) {
-	srv, c := newCounter(t)
-	ctx := context.Background()
-	for want := uint64(1); want <= 5; want++ {
-		got, err := c.Mint(ctx, "alloc:WH-01")
-		require.NoError(t, err)
-		assert.Equal(t, want, got)
+	for name, client := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c, err := NewRedisCounter(client)
+			require.NoError(t, err)
+			before := nodeMicros(t, client)
+			got := mintN(t, c, "alloc:WH-01", 5)
+			after := nodeMicros(t, client)
+			assert.GreaterOrEqual(t, got[0], before, "the first fence is the node's clock")
+			assert.LessOrEqual(t, got[0], after)
+			for i := 1; i < len(got); i++ {
+				assert.Equal(t, got[i-1]+1, got[i], "gap-free within the key's life")
+			}
+			v, err := client.Get(t.Context(), "fence:alloc:WH-01").Result()
+			require.NoError(t, err)
+			assert.Equal(t, strconv.FormatUint(got[4], 10), v)
+
+			other, err := c.Mint(t.Context(), "alloc:WH-02")
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, other, before, "each resource has its own counter, from the clock")
+			next, err := c.Mint(t.Context(), "alloc:WH-02")
+			require.NoError(t, err)
+			assert.Equal(t, other+1, next)
+		})
 	}
-	v, err := srv.Get("fence:alloc:WH-01")
-	require.NoError(t, err)
-	assert.Equal(t, "5", v)
-	other, err := c.Mint(ctx, "alloc:WH-02")
-	require.NoError(t, err)
-	assert.Equal(t, uint64(1), other, "each resource has its own counter")
 }
 
 // TestMintConcurrentUnique: concurrent mints never repeat a value and leave
@@ -69,7 +86,8 @@ func TestMintConcurrentUnique(t *testing.T) {
 	}
 	wg.Wait()
 	require.Len(t, seen, workers*each)
-	for v := uint64(1); v <= workers*each; v++ {
+	first := slices.Min(slices.Collect(maps.Keys(seen)))
+	for v := first; v < first+workers*each; v++ {
 		assert.True(t, seen[v], "gap at %d", v)
 	}
 }
@@ -87,24 +105,12 @@ func TestNewRedisCounterRejects(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 }
 
-func TestMintBadInput(t *testing.T) {
+func TestMintEmptyResource(t *testing.T) {
 	srv, c := newCounter(t)
 	ctx := context.Background()
 	_, err := c.Mint(ctx, "")
 	assert.ErrorIs(t, err, ErrInvalidArgument)
-
-	srv.HSet("fence:wrong", "f", "v")
-	_, err = c.Mint(ctx, "wrong")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "WRONGTYPE")
-
-	require.NoError(t, srv.Set("fence:negative", "-5"))
-	_, err = c.Mint(ctx, "negative")
-	assert.ErrorIs(t, err, ErrCounter)
-
-	require.NoError(t, srv.Set("fence:text", "abc"))
-	_, err = c.Mint(ctx, "text")
-	require.Error(t, err)
+	assert.Empty(t, srv.Keys(), "nothing was sent")
 }
 
 func TestMintContext(t *testing.T) {
@@ -133,7 +139,7 @@ func TestMintHungCounter(t *testing.T) {
 	require.NoError(t, err)
 	v, err := c.Mint(context.Background(), "a:1")
 	require.NoError(t, err)
-	require.Equal(t, uint64(1), v)
+	require.Positive(t, v)
 
 	require.NoError(t, srv.Pause())
 	t.Cleanup(func() { _ = srv.Resume() })
@@ -154,9 +160,9 @@ func TestKey(t *testing.T) {
 	assert.Equal(t, "fence:alloc:WH-01", Key("alloc:WH-01"))
 }
 
-// incrOnly is a counter node that can count and nothing else, like a client
-// wrapper that exposes only what Incrementer asks for.
-type incrOnly struct{ Incrementer }
+// scriptsOnly is a counter node that can run scripts and nothing else, like
+// a client wrapper that exposes only what Incrementer asks for.
+type scriptsOnly struct{ Incrementer }
 
 // backends returns a client of miniredis and one of a real redis-server, for
 // tests whose scripts must behave the same on both.
@@ -189,13 +195,36 @@ func TestCheckDurability(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotDurable)
 		assert.Contains(t, err.Error(), `maxmemory-policy is "allkeys-lru", want "noeviction"`)
 	})
+	durableArgs := []string{"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"}
 	t.Run("durable", func(t *testing.T) {
-		srv := redistest.Start(t, redisserver.Options{Args: []string{
-			"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction",
-		}})
+		srv := redistest.Start(t, redisserver.Options{Args: durableArgs})
 		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
 		require.NoError(t, err)
 		assert.NoError(t, c.CheckDurability(t.Context()))
+	})
+	t.Run("no-appendfsync-on-rewrite", func(t *testing.T) {
+		srv := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{"--no-appendfsync-on-rewrite", "yes"})})
+		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
+		require.NoError(t, err)
+		err = c.CheckDurability(t.Context())
+		require.ErrorIs(t, err, ErrNotDurable)
+		assert.Contains(t, err.Error(), `no-appendfsync-on-rewrite is "yes", want "no"`)
+	})
+	t.Run("replica", func(t *testing.T) {
+		primary := redistest.Start(t, redisserver.Options{Args: durableArgs})
+		replica := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{
+			"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())})})
+		c, err := NewRedisCounter(redistest.Client(t, replica.Addr()))
+		require.NoError(t, err)
+		err = c.CheckDurability(t.Context())
+		require.ErrorIs(t, err, ErrNotDurable)
+		assert.Contains(t, err.Error(), `role is "slave", want "master"`)
+		assert.NotContains(t, err.Error(), "appendonly", "only the role is wrong")
+		assert.NotContains(t, err.Error(), "\n")
+
+		onPrimary, err := NewRedisCounter(redistest.Client(t, primary.Addr()))
+		require.NoError(t, err)
+		assert.NoError(t, onPrimary.CheckDurability(t.Context()), "a primary with replicas is durable")
 	})
 	t.Run("no CONFIG", func(t *testing.T) {
 		_, c := newCounter(t) // miniredis has no CONFIG command
@@ -205,7 +234,7 @@ func TestCheckDurability(t *testing.T) {
 	})
 	t.Run("client without ConfigGet", func(t *testing.T) {
 		srv := miniredis.RunT(t)
-		c, err := NewRedisCounter(incrOnly{redistest.Client(t, srv.Addr())})
+		c, err := NewRedisCounter(scriptsOnly{redistest.Client(t, srv.Addr())})
 		require.NoError(t, err)
 		err = c.CheckDurability(t.Context())
 		require.ErrorIs(t, err, ErrNotDurable)
@@ -237,59 +266,37 @@ func TestSeedAndDurabilityBounded(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
-// TestMintRegressedAfterRestart: a counter node without persistence restarts
-// empty; the next Mint reports it instead of minting 1 again, and seeding the
-// counter repairs it.
-func TestMintRegressedAfterRestart(t *testing.T) {
-	srv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "no"}})
-	c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
-	require.NoError(t, err)
-	ctx := t.Context()
-	const resource = "alloc:WH-01"
-	for want := uint64(1); want <= 3; want++ {
-		got, err := c.Mint(ctx, resource)
-		require.NoError(t, err)
-		require.Equal(t, want, got)
-	}
-
-	require.NoError(t, srv.Kill())
-	require.NoError(t, srv.Restart(ctx))
-
-	v, err := c.Mint(ctx, resource)
-	require.ErrorIs(t, err, ErrCounterRegressed)
-	assert.Zero(t, v, "the repeated fence is not handed out")
-	assert.Contains(t, err.Error(), "minted 3")
-
-	require.NoError(t, c.Seed(ctx, resource, 3))
-	v, err = c.Mint(ctx, resource)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(4), v)
-}
-
+// TestMintRegressed: a key written lower by hand is reported, and the
+// resource stays refused (without a call to the node) until Seed; other
+// resources are not affected.
 func TestMintRegressed(t *testing.T) {
 	srv, c := newCounter(t)
 	ctx := t.Context()
-	for range 3 {
-		_, err := c.Mint(ctx, "a:1")
-		require.NoError(t, err)
-	}
-	_, err := c.Mint(ctx, "b:1")
-	require.NoError(t, err)
+	minted := mintN(t, c, "a:1", 3)
+	b := mintN(t, c, "b:1", 1)[0]
 
 	require.NoError(t, srv.Set("fence:a:1", "1")) // reset by hand
 	v, err := c.Mint(ctx, "a:1")
 	require.ErrorIs(t, err, ErrCounterRegressed)
 	assert.Zero(t, v)
-	assert.Contains(t, err.Error(), "gave 2, after this process had minted 3")
-	_, err = c.Mint(ctx, "a:1")
-	require.ErrorIs(t, err, ErrCounterRegressed, "3 was handed out already")
-	v, err = c.Mint(ctx, "a:1")
+	assert.Contains(t, err.Error(), fmt.Sprintf("gave 2, after this process had minted %d", minted[2]))
+	for range 3 {
+		v, err = c.Mint(ctx, "a:1")
+		require.ErrorIs(t, err, ErrCounterRegressed, "refused until Seed")
+		assert.Zero(t, v)
+	}
+	stored, err := srv.Get("fence:a:1")
 	require.NoError(t, err)
-	assert.Equal(t, uint64(4), v)
+	assert.Equal(t, "2", stored, "a refused mint does not move the counter")
 
 	v, err = c.Mint(ctx, "b:1")
 	require.NoError(t, err, "other resources are not affected")
-	assert.Equal(t, uint64(2), v)
+	assert.Equal(t, b+1, v)
+
+	require.NoError(t, c.Seed(ctx, "a:1", 0))
+	v, err = c.Mint(ctx, "a:1")
+	require.NoError(t, err)
+	assert.Equal(t, minted[2]+1, v, "Seed never seeds below what this counter minted")
 }
 
 // TestMintSharedCounter: other processes minting on the same counter only
@@ -322,8 +329,10 @@ func TestMintMarkAllocs(t *testing.T) {
 	c.mark("alloc:WH-01")
 	allocs := testing.AllocsPerRun(1000, func() {
 		m := c.mark("alloc:WH-01")
-		floor := m.Load()
-		m.CompareAndSwap(floor, floor+1)
+		floor := m.minted.Load()
+		if !m.regressed.Load() {
+			m.minted.CompareAndSwap(floor, floor+1)
+		}
 	})
 	assert.Zero(t, allocs)
 }
@@ -334,9 +343,10 @@ func TestSeed(t *testing.T) {
 		name    string
 		stored  string // "" for no key
 		atLeast uint64
-		want    string
+		want    string // "clock" for the node's clock in microseconds
 	}{
-		{"missing", "", 7, "7"},
+		{"missing", "", 7, "clock"},
+		{"missing, above the clock", "", 1 << 62, "4611686018427387904"},
 		{"raises", "3", 10, "10"},
 		{"raises across a digit", "9", 10, "10"},
 		{"never lowers", "10", 9, "10"},
@@ -355,10 +365,18 @@ func TestSeed(t *testing.T) {
 				if tc.stored != "" {
 					require.NoError(t, client.Set(ctx, Key(resource), tc.stored, 0).Err())
 				}
+				before := nodeMicros(t, client)
 				require.NoError(t, c.Seed(ctx, resource, tc.atLeast), tc.name)
 				got, err := client.Get(ctx, Key(resource)).Result()
 				require.NoError(t, err)
-				assert.Equal(t, tc.want, got, tc.name)
+				if tc.want != "clock" {
+					assert.Equal(t, tc.want, got, tc.name)
+					continue
+				}
+				n, err := strconv.ParseUint(got, 10, 64)
+				require.NoError(t, err, tc.name)
+				assert.GreaterOrEqual(t, n, before, "%s: a missing key gets at least the floor a mint would", tc.name)
+				assert.LessOrEqual(t, n, nodeMicros(t, client), tc.name)
 			}
 
 			require.NoError(t, client.Set(ctx, Key("seed:text"), "abc", 0).Err())
@@ -377,16 +395,14 @@ func TestSeed(t *testing.T) {
 // same fences out again, so the minted value wins.
 func TestSeedAboveMinted(t *testing.T) {
 	srv, c := newCounter(t)
+	srv.SetTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) // stopped: the floor is not above the fences minted
 	ctx := t.Context()
-	for range 5 {
-		_, err := c.Mint(ctx, "a:1")
-		require.NoError(t, err)
-	}
+	minted := mintN(t, c, "a:1", 5)
 	srv.FlushAll()
 	require.NoError(t, c.Seed(ctx, "a:1", 2))
 	v, err := c.Mint(ctx, "a:1")
 	require.NoError(t, err)
-	assert.Equal(t, uint64(6), v)
+	assert.Equal(t, minted[4]+1, v)
 }
 
 func TestSeedRejects(t *testing.T) {
@@ -394,18 +410,15 @@ func TestSeedRejects(t *testing.T) {
 	ctx := t.Context()
 	assert.ErrorIs(t, c.Seed(ctx, "", 1), ErrInvalidArgument)
 	assert.ErrorIs(t, c.Seed(ctx, "a:1", math.MaxInt64+1), ErrInvalidArgument)
-
-	noScripts, err := NewRedisCounter(incrOnly{redistest.Client(t, srv.Addr())})
-	require.NoError(t, err)
-	err = noScripts.Seed(ctx, "a:1", 1)
-	require.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "redis.Scripter")
+	assert.Empty(t, srv.Keys(), "nothing was sent")
 }
 
 var mintSink uint64
 
+// BenchmarkMint runs on a real redis-server: miniredis runs the script
+// in-process, and its Lua allocations would hide the client's.
 func BenchmarkMint(b *testing.B) {
-	srv := miniredis.RunT(b)
+	srv := redistest.Start(b, redisserver.Options{})
 	client := redistest.Client(b, srv.Addr())
 	c, err := NewRedisCounter(client)
 	require.NoError(b, err)
@@ -418,4 +431,162 @@ func BenchmarkMint(b *testing.B) {
 		}
 		mintSink = v
 	}
+}
+
+// nodeMicros is the counter node's clock, TIME, in microseconds.
+func nodeMicros(t *testing.T, client *redis.Client) uint64 {
+	t.Helper()
+	now, err := client.Time(t.Context()).Result()
+	require.NoError(t, err)
+	return uint64(now.UnixMicro())
+}
+
+// mintN mints n fences for resource and returns them.
+func mintN(t *testing.T, c *RedisCounter, resource string, n int) []uint64 {
+	t.Helper()
+	out := make([]uint64, n)
+	for i := range out {
+		v, err := c.Mint(t.Context(), resource)
+		require.NoError(t, err)
+		out[i] = v
+	}
+	return out
+}
+
+// TestMintTwoProcessesAfterLoss: two counters on one node stand for two
+// processes. B mints four fences, A one, and the node loses its data; then
+// neither ever receives a fence at or below one issued before the loss, and
+// no fence is handed out twice.
+func TestMintTwoProcessesAfterLoss(t *testing.T) {
+	for _, loss := range []string{"FLUSHALL", "restart without persistence"} {
+		t.Run(loss, func(t *testing.T) {
+			srv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "no", "--save", ""}})
+			client := redistest.Client(t, srv.Addr())
+			a, err := NewRedisCounter(client)
+			require.NoError(t, err)
+			b, err := NewRedisCounter(client)
+			require.NoError(t, err)
+			const resource = "alloc:WH-01"
+			issued := append(mintN(t, b, resource, 4), mintN(t, a, resource, 1)...)
+			last := issued[len(issued)-1]
+
+			if loss == "FLUSHALL" {
+				require.NoError(t, client.FlushAll(t.Context()).Err())
+			} else {
+				require.NoError(t, srv.Kill())
+				require.NoError(t, srv.Restart(t.Context()))
+				n, err := client.Exists(t.Context(), Key(resource)).Result()
+				require.NoError(t, err)
+				require.Zero(t, n, "the restart must have lost the counter")
+			}
+
+			seen := map[uint64]bool{}
+			for _, v := range issued {
+				seen[v] = true
+			}
+			for i := range 10 {
+				m := b
+				if i%2 == 1 {
+					m = a
+				}
+				v, err := m.Mint(t.Context(), resource)
+				require.NoError(t, err, "mint %d after the loss", i)
+				assert.Greater(t, v, last, "mint %d after the loss reissued or went back", i)
+				assert.False(t, seen[v], "fence %d handed out twice", v)
+				seen[v] = true
+			}
+		})
+	}
+}
+
+// TestMintNotACounter: a counter key that holds something else than a
+// positive integer gives ErrCounter, and the key is left as it was.
+func TestMintNotACounter(t *testing.T) {
+	for name, client := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c, err := NewRedisCounter(client)
+			require.NoError(t, err)
+			ctx := t.Context()
+			for _, stored := range []string{"abc", "-5", "1.5", "99999999999999999999"} {
+				resource := "bad:" + stored
+				require.NoError(t, client.Set(ctx, Key(resource), stored, 0).Err())
+				v, err := c.Mint(ctx, resource)
+				require.ErrorIs(t, err, ErrCounter, stored)
+				assert.Zero(t, v)
+				got, err := client.Get(ctx, Key(resource)).Result()
+				require.NoError(t, err)
+				assert.Equal(t, stored, got, "the key is left as it was")
+			}
+			require.NoError(t, client.HSet(ctx, Key("bad:hash"), "f", "v").Err())
+			_, err = c.Mint(ctx, "bad:hash")
+			require.ErrorIs(t, err, ErrCounter)
+			assert.Contains(t, err.Error(), "WRONGTYPE")
+		})
+	}
+}
+
+func TestNewRedisCounterRefusesRing(t *testing.T) {
+	srv := miniredis.RunT(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	c, err := NewRedisCounter(ring)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Nil(t, c)
+	assert.Contains(t, err.Error(), "Ring")
+}
+
+// TestMintRegressedNeverReissues breaks the floor's precondition on
+// purpose: the node loses the key and its clock goes back, so the new floor
+// is below fences issued before. The counters that had minted see it and
+// refuse the resource from then on, without moving the node, however far
+// others move it, until Seed raises it. A counter that had minted nothing
+// cannot see it and reissues fences: the limit docs/fencing.md states.
+func TestMintRegressedNeverReissues(t *testing.T) {
+	srv := miniredis.RunT(t)
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	srv.SetTime(start)
+	client := redistest.Client(t, srv.Addr())
+	a, err := NewRedisCounter(client)
+	require.NoError(t, err)
+	b, err := NewRedisCounter(client)
+	require.NoError(t, err)
+	ctx := t.Context()
+	const resource = "alloc:WH-01"
+	issued := append(mintN(t, b, resource, 4), mintN(t, a, resource, 1)...)
+	last := issued[len(issued)-1]
+
+	srv.FlushAll()
+	srv.SetTime(start.Add(-2 * time.Microsecond))
+	for i := range 10 {
+		v, err := b.Mint(ctx, resource)
+		require.ErrorIs(t, err, ErrCounterRegressed, "mint %d by B", i)
+		assert.Zero(t, v)
+	}
+	stored, err := srv.Get(Key(resource))
+	require.NoError(t, err)
+	assert.Equal(t, strconv.FormatInt(start.UnixMicro()-2, 10), stored, "B's refusals did not move the counter")
+	_, err = a.Mint(ctx, resource)
+	require.ErrorIs(t, err, ErrCounterRegressed)
+
+	fresh, err := NewRedisCounter(client)
+	require.NoError(t, err)
+	assert.Equal(t, issued, mintN(t, fresh, resource, len(issued)), "a process that had minted nothing reissues fences")
+	mintN(t, fresh, resource, 10) // the node is past every fence issued now
+
+	for _, m := range []*RedisCounter{a, b} {
+		v, err := m.Mint(ctx, resource)
+		require.ErrorIs(t, err, ErrCounterRegressed, "still refused once the node is past this counter's fences")
+		assert.Zero(t, v)
+	}
+	above := last + 1_000_000
+	require.NoError(t, b.Seed(ctx, resource, above))
+	v, err := b.Mint(ctx, resource)
+	require.NoError(t, err)
+	assert.Greater(t, v, above, "Seed repairs the counter that calls it")
+	_, err = a.Mint(ctx, resource)
+	require.ErrorIs(t, err, ErrCounterRegressed, "and only that one")
+	require.NoError(t, a.Seed(ctx, resource, above))
+	w, err := a.Mint(ctx, resource)
+	require.NoError(t, err)
+	assert.Greater(t, w, v)
 }
