@@ -102,7 +102,8 @@ func ExampleWithFence() {
 	}
 	ctx := context.Background()
 
-	for range 3 {
+	var first, last uint64
+	for i := range 3 {
 		lock, err := client.TryLock(ctx, "alloc:WH-01", 30*time.Second)
 		if err != nil {
 			log.Fatal(err)
@@ -110,11 +111,19 @@ func ExampleWithFence() {
 		token, _ := lock.Fence()
 		// Pass token to the storage with the write; it rejects any write
 		// whose token is older than the newest it has seen.
-		fmt.Println("fence", token)
+		if i == 0 {
+			first = token
+		} else {
+			fmt.Println("newer than the last:", token > last)
+		}
+		last = token
 		_ = lock.Unlock(ctx)
 	}
+	// A new counter starts from the node's clock in microseconds, so that a
+	// counter that lost its data never hands out a fence again; then +1.
+	fmt.Println("steps of one:", last-first == 2)
 	// Output:
-	// fence 1
-	// fence 2
-	// fence 3
+	// newer than the last: true
+	// newer than the last: true
+	// steps of one: true
 }
