@@ -353,26 +353,30 @@ func bounded[A, T any](ctx context.Context, limit time.Duration, call func(conte
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	var expired <-chan time.Time
-	if limit > 0 {
-		timer := time.NewTimer(limit)
-		defer timer.Stop()
-		expired = timer.C
-	} else if ctx.Done() == nil {
+	if limit <= 0 && ctx.Done() == nil {
 		// Nothing could end the wait early.
 		return call(ctx, arg)
 	}
+	// The call's own context carries the limit too, so that go-redis's wait
+	// for a pooled connection, which honours it, ends in time: without it,
+	// calls to a hung node would pile up behind its pool.
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if limit > 0 {
+		cctx, cancel = context.WithTimeout(ctx, limit)
+	}
 	ch := make(chan answer[T], 1)
 	go func() {
-		v, err := call(ctx, arg)
+		defer cancel()
+		v, err := call(cctx, arg)
 		ch <- answer[T]{v, err}
 	}()
 	select {
 	case a := <-ch:
 		return a.v, a.err
-	case <-expired:
+	case <-cctx.Done():
+		if err := ctx.Err(); err != nil {
+			return zero, err
+		}
 		return zero, fmt.Errorf("no answer within %v: %w", limit, context.DeadlineExceeded)
-	case <-ctx.Done():
-		return zero, ctx.Err()
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,6 +156,44 @@ func TestMintHungCounter(t *testing.T) {
 	_, err = c.Mint(ctx, "a:1")
 	assert.True(t, errors.Is(err, context.DeadlineExceeded))
 	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// TestMintHungCounterBounded: a counter node stopped with SIGSTOP and
+// sixteen goroutines minting for a second, with a client of library
+// defaults: the mints give up at the counter's timeout and what they leave
+// behind is capped by the client's pool (calls stuck in reads until
+// ReadTimeout), not by the number of mints.
+func TestMintHungCounterBounded(t *testing.T) {
+	srv := redistest.Start(t, redisserver.Options{})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	c, err := NewRedisCounter(client, WithTimeout(50*time.Millisecond))
+	require.NoError(t, err)
+	_, err = c.Mint(context.Background(), "a:1")
+	require.NoError(t, err)
+	require.NoError(t, srv.Pause())
+	t.Cleanup(func() { _ = srv.Resume() })
+
+	before := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	var mints atomic.Int64
+	end := time.Now().Add(time.Second)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				_, err := c.Mint(context.Background(), "a:1")
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				mints.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(500 * time.Millisecond)
+	left := runtime.NumGoroutine() - before
+	t.Logf("%d mints, %d goroutines left (pool %d)", mints.Load(), left, client.Options().PoolSize)
+	assert.LessOrEqual(t, left, client.Options().PoolSize+8)
 }
 
 func TestKey(t *testing.T) {
