@@ -254,7 +254,7 @@ const (
 	whereSKU = "sku = $2"
 )
 
-// TestPGGuardStaleHolder is the seed's scenario: the holder of fence 41 pauses past its lease,
+// TestPGGuardStaleHolder is the incident review's scenario: the holder of fence 41 pauses past its lease,
 // the holder of fence 42 writes, and 41's late write is refused. Not parallel: it counts
 // Rejected.
 func TestPGGuardStaleHolder(t *testing.T) {

@@ -103,10 +103,15 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				id.Lock()
 				next++
-				res := fmt.Sprintf("bench:parallel:%d", next)
+				// Rotated, as in BenchmarkLockUnlock: Unlock returns before
+				// the last masters are released.
+				var resources [16]string
+				for i := range resources {
+					resources[i] = fmt.Sprintf("bench:parallel:%d:%d", next, i)
+				}
 				id.Unlock()
-				for pb.Next() {
-					l, err := c.TryLock(ctx, res, 10*time.Second)
+				for i := 0; pb.Next(); i++ {
+					l, err := c.TryLock(ctx, resources[i%len(resources)], 10*time.Second)
 					if err != nil {
 						b.Error(err)
 						return

@@ -31,12 +31,19 @@
 //   - A restart without persistence. A master that restarts empty forgets our
 //     key, and with it can hand a majority to a second client. Run masters
 //     with appendonly yes and appendfsync always, or keep a restarted master
-//     out of service for one maximum TTL.
+//     out of service for one maximum TTL. A failover to an asynchronous
+//     replica (Sentinel, Cluster) can lose our key the same way. A
+//     *redis.Ring is refused: it moves keys between shards.
 //   - A network that delays a request beyond the node timeout: the SET may be
 //     applied after we gave up (a "ghost" write). The client releases such a
 //     master after the call returns, but a server that was frozen can apply
 //     the SET after the release; the key then lives out its TTL, which costs
 //     others time but never gives the lock to two holders.
+//
+// A master that hangs costs an attempt at most the node timeout, and once it
+// is found stuck it is not sent more calls (one probe at a time) until it
+// replies, so what it holds is capped; docs/design.md gives the bound. The
+// lease also ends on the clock that counts a suspend of the machine.
 //
 // # Why the fence exists
 //

@@ -141,3 +141,24 @@ func TestHungMastersBounded(t *testing.T) {
 	perTimeout := int(r.attempts * int64(DefaultNodeTimeout) / int64(r.duration))
 	assert.LessOrEqual(t, r.peak-r.baseline, 2*r.poolSize+2*perTimeout+16, "goroutines at the peak")
 }
+
+// BenchmarkHungMasters is the hung-master scenario of TestHungMastersBounded
+// as figures for docs/benchmarks.md, beside the same load on five healthy
+// masters: the goroutines at the peak and one second after the load, the
+// attempts per second and the acquire percentiles. One scenario of 1.5 s is
+// one op: run it with -benchtime 1x.
+func BenchmarkHungMasters(b *testing.B) {
+	for _, hung := range []int{0, 2} {
+		b.Run(fmt.Sprintf("hung=%d", hung), func(b *testing.B) {
+			for range b.N {
+				r := runHungLoad(b, hung, 16, 1500*time.Millisecond)
+				b.ReportMetric(float64(r.peak-r.baseline), "peak-goroutines")
+				b.ReportMetric(float64(r.after-r.baseline), "goroutines-after-1s")
+				b.ReportMetric(float64(r.attempts)/r.duration.Seconds(), "attempts/s")
+				b.ReportMetric(float64(r.acquired)/float64(max(r.attempts, 1)), "won/attempt")
+				b.ReportMetric(float64(r.p50.Microseconds()), "acquire-p50-µs")
+				b.ReportMetric(float64(r.p99.Microseconds()), "acquire-p99-µs")
+			}
+		})
+	}
+}

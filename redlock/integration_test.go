@@ -160,7 +160,7 @@ func TestSlowMasterNotAwaited(t *testing.T) {
 	require.NoError(t, l.Unlock(context.Background()))
 }
 
-// TestTwoProcessesOneWriter is the seeds' integration test: two OS
+// TestTwoProcessesOneWriter is the testing matrix's first case: two OS
 // processes compete for one resource on real Redis, and exactly one of them
 // writes.
 func TestTwoProcessesOneWriter(t *testing.T) {

@@ -45,10 +45,11 @@ func defaults() config {
 	}
 }
 
-// WithNodeTimeout bounds each call to one master (default 50 ms). The client
-// enforces it itself, whatever the go-redis client's own timeouts: a master
-// that hangs costs an attempt at most this long. It must be shorter than
-// every TTL the client is asked for.
+// WithNodeTimeout bounds each call to one master (default 50 ms), the wait
+// for a pooled connection included. The client enforces it itself, whatever
+// the go-redis client's own timeouts: a master that hangs costs an attempt
+// at most this long. A TTL must leave more than this after the drift
+// allowance.
 func WithNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }

@@ -341,7 +341,7 @@ func TestDocListsColumns(t *testing.T) {
 	assert.Equal(t, bench.CSVColumns(), listed)
 }
 
-// TestFencingCommand: `redlock-bench fencing` shows the seeds' result on a
+// TestFencingCommand: `redlock-bench fencing` shows the incident review's result on a
 // small run: duplicates without the fence, none with it.
 func TestFencingCommand(t *testing.T) {
 	// Node timeouts with room for the race detector's slowdown (5-10×):

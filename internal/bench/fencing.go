@@ -68,17 +68,17 @@ func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
 	fs.Int64Var(&c.Jobs, "jobs", 1_000_000, "synthetic allocation jobs (orders) per pass")
 	fs.IntVar(&c.SKUs, "skus", 1000, "stock rows; the lock is per SKU")
 	fs.IntVar(&c.Workers, "c", 64, "workers taking jobs")
-	fs.IntVar(&inv.masters, "masters", 1, "lock masters (1: the single-instance lock the seeds describe)")
+	fs.IntVar(&inv.masters, "masters", 1, "lock masters (1: the single-instance lock the incident review describes)")
 	fs.DurationVar(&c.TTL, "ttl", 100*time.Millisecond, "lock TTL, and the queue's redelivery delay")
 	fs.DurationVar(&inv.nodeTO, "node-timeout", 20*time.Millisecond, "per-master timeout")
 	fs.DurationVar(&c.Pause, "pause", 250*time.Millisecond, "how long a paused holder stops (must outlast -ttl)")
-	fs.Float64Var(&c.PauseRate, "pause-rate", 0.003, "fraction of jobs whose first holder pauses past its lease (0.003: the seeds' 0.3%)")
+	fs.Float64Var(&c.PauseRate, "pause-rate", 0.003, "fraction of jobs whose first holder pauses past its lease (0.003: the incident review's 0.3% duplicate rate)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "picks the paused jobs; both passes pause the same ones")
 	fs.DurationVar(&c.Stall, "stall", 0, "stop with an error when no job finishes for this long (0: 20×(ttl+pause), at least 10s)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
 	fs.StringVar(&inv.pgDSN, "pg-dsn", "", "store in this PostgreSQL database (tables with a random prefix, dropped afterwards); with -backend redis-server and no -pg-dsn the run starts a throw-away PostgreSQL")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redlock-bench fencing [flags]\n\nThe seeds' benchmark: duplicate writes over N allocation jobs, without and with the fence enforced by the storage.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: redlock-bench fencing [flags]\n\nThe incident review's duplicate-write benchmark: duplicate writes over N allocation jobs, without and with the fence enforced by the storage.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

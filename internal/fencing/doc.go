@@ -1,4 +1,4 @@
-// Package fencing is the seeds' benchmark of the fence, and the storage it
+// Package fencing is the incident review's duplicate-write benchmark of the fence, and the storage it
 // runs against: synthetic allocation jobs decrement stock under a lock,
 // a fraction of the lock holders pause past their lease while their job is
 // redelivered to another worker, and the run counts the orders shipped

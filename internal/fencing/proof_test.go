@@ -1,6 +1,6 @@
 package fencing
 
-// The seeds' testing matrix on real servers: redis-server masters and a
+// The incident review's testing matrix on real servers: redis-server masters and a
 // throw-away PostgreSQL, both started by the tests on loopback ports.
 
 import (
@@ -141,7 +141,7 @@ func TestPausedHolderRejected(t *testing.T) {
 	require.NoError(t, err)
 	fa, ok := a.Fence()
 	require.True(t, ok)
-	pausePastLease(a) // the GC pause of the seeds
+	pausePastLease(a) // the GC pause of the incident review
 
 	b, err := c.Lock(ctx, "alloc:WH-01", proofTTL)
 	require.NoError(t, err)

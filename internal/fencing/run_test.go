@@ -50,7 +50,7 @@ var proofConfig = Config{
 }
 
 // TestUnfencedDuplicates: without the fence, holders paused past their
-// lease ship orders that were shipped already. The failure the seeds warn
+// lease ship orders that were shipped already. The failure the incident review warns
 // about is observed here, not assumed.
 func TestUnfencedDuplicates(t *testing.T) {
 	res, err := Run(context.Background(), proofConfig, lockClient(t, false), NewMemoryStore())
