@@ -70,6 +70,16 @@ type node struct {
 	answer   Answer
 	err      error
 	returned bool
+	call     result // what the call returned, counted or not
+}
+
+// Result is what node's call returned, whether or not the round counted
+// it (a call that returned after the round ended is Pending in the round).
+// It may be read once the call has returned: inside node's undo, which runs
+// only after it, or after [Round.WaitUndone].
+func (r *Round) Result(node int) (agreed bool, err error) {
+	c := r.nodes[node].call
+	return c.agreed, c.err
 }
 
 // Answer reports what node said.
@@ -203,6 +213,7 @@ func (r *Round) run(node int, call Call, results chan<- result) {
 	agreed, err := call(r.calls, node)
 	r.mu.Lock()
 	r.nodes[node].returned = true
+	r.nodes[node].call = result{node, agreed, err}
 	r.returnedN++
 	last := r.returnedN == len(r.nodes)
 	if !r.decided {

@@ -1113,3 +1113,32 @@ func TestUndoUntilStopsWhenEnough(t *testing.T) {
 	r.WaitUndone()
 	assert.Greater(t, undoneAt[2].Load(), returnedAt[2].Load())
 }
+
+// TestResultOfLateCall: a call that returns after the round was decided is
+// Pending in the round, but its undo can read what it returned.
+func TestResultOfLateCall(t *testing.T) {
+	g := newGate(t)
+	r := Do(context.Background(), 3, 2, long, func(_ context.Context, node int) (bool, error) {
+		if node == 2 {
+			<-g.ch
+			return false, nodeError(2)
+		}
+		return true, nil
+	})
+	require.Equal(t, counts{Agreed: 2, Pending: 1}, countsOf(r))
+	var late error
+	undone := make(chan struct{})
+	go r.Undo(context.Background(), long, func(_ context.Context, node int) {
+		if node == 2 {
+			_, late = r.Result(2)
+			close(undone)
+		}
+	})
+	g.open()
+	require.True(t, returnsWithin(prompt, func() { <-undone }), "node 2 was not undone")
+	assert.Equal(t, nodeError(2), late)
+	assert.Equal(t, Pending, r.Answer(2), "the round does not count a late result")
+	agreed, err := r.Result(0)
+	assert.True(t, agreed)
+	assert.NoError(t, err)
+}

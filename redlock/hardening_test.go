@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -297,4 +300,62 @@ func TestBreaker(t *testing.T) {
 	ok, probe = h.enter(hour+ms, timeout)
 	assert.True(t, ok)
 	assert.False(t, probe)
+}
+
+// resetMaster fails every SET after delay with a connection reset, as a
+// server that crashed after reading it would, and its release hangs until
+// the context ends: a master that is gone, after a command that may have
+// been applied.
+type resetMaster struct {
+	*redis.Client
+	delay    time.Duration
+	releases atomic.Int64
+}
+
+func (m *resetMaster) Process(ctx context.Context, cmd redis.Cmder) error {
+	time.Sleep(m.delay)
+	return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+func (m *resetMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	m.releases.Add(1)
+	<-ctx.Done()
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(ctx.Err())
+	return cmd
+}
+
+func (m *resetMaster) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return m.EvalSha(ctx, "", keys, args...)
+}
+
+// TestFailedMastersReleasedInTheBackground: three of five masters are held
+// by another client, and two fail the SET with a connection reset, soon
+// after the three refusals decided the attempt. Their SET may have been
+// applied, so each is sent a release, but the lost attempt does not wait for
+// those releases: it returns when the two failures are in, not a node
+// timeout later, spent on masters that are gone.
+func TestFailedMastersReleasedInTheBackground(t *testing.T) {
+	servers, masters := miniMasters(t, 5)
+	res := resourceName(t)
+	for _, s := range servers[:3] {
+		require.NoError(t, s.Set("lock:"+res, "someone-else"))
+	}
+	var gone []*resetMaster
+	for i := 3; i < 5; i++ {
+		m := &resetMaster{Client: masters[i].(*redis.Client), delay: 50 * time.Millisecond}
+		masters[i] = m
+		gone = append(gone, m)
+	}
+	const timeout = 2 * time.Second
+	c := newTestClient(t, masters, WithNodeTimeout(timeout))
+	start := time.Now()
+	_, err := c.TryLock(context.Background(), res, time.Minute)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	assert.Less(t, elapsed, timeout/2, "the attempt waited for releases to masters that are gone")
+	for _, m := range gone {
+		assert.Eventually(t, func() bool { return m.releases.Load() == 1 }, timeout, time.Millisecond,
+			"a master whose SET may have been applied gets its release")
+	}
 }

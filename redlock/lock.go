@@ -228,9 +228,9 @@ func (r *release) err() error {
 // releaseAll runs the compare-and-delete on every master of round, each
 // after its call in round returned, with a context the caller's
 // cancellation does not reach, each bounded by the node timeout. It waits
-// for the masters that answered round in time (those whose call failed are
-// released in the background), unless enough says that the releases so far
-// settle the outcome. A failed release is logged at Warn: the key is left to
+// for the masters that answered round in time (those whose call failed, in
+// time or late, are released in the background), unless enough says that
+// the releases so far settle the outcome. A failed release is logged at Warn: the key is left to
 // expire.
 func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func([]release) bool) []release {
 	c := l.c
@@ -241,8 +241,8 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 	}
 	detached := context.WithoutCancel(ctx)
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
-		if round.Answer(i) == quorum.Failed {
-			if c.neverSent(i, round.Err(i)) {
+		if _, err := round.Result(i); err != nil {
+			if c.neverSent(i, err) {
 				// Nothing reached this master, so there is nothing to take back.
 				out[i].state.Store(releasedNotOurs)
 				return
