@@ -263,43 +263,80 @@ func TestWrappedNilIsARefusal(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	const timeout = int64(50 * time.Millisecond)
 	ms := int64(time.Millisecond)
-	var h health
-	ok, probe := h.enter(0, timeout)
-	require.True(t, ok)
-	require.False(t, probe)
-	// A second call while the first is in flight, within the timeout: fine.
-	ok, probe = h.enter(10*ms, timeout)
-	require.True(t, ok)
-	require.False(t, probe)
-	h.exit(20*ms, false, true) // the second replied
-	// The first has been out 70 ms, but the master replied 50 ms ago: fine.
-	ok, _ = h.enter(70*ms, timeout)
-	require.True(t, ok)
-	h.exit(70*ms, false, true)
-	// Nothing replied for 60 ms while calls were in flight: stuck. One probe.
-	ok, probe = h.enter(131*ms, timeout)
-	require.True(t, ok)
-	require.True(t, probe)
-	ok, _ = h.enter(132*ms, timeout)
-	assert.False(t, ok, "a second call while the probe runs")
-	h.exit(140*ms, true, false) // the probe failed without a reply
-	ok, probe = h.enter(141*ms, timeout)
-	require.True(t, ok, "a new probe once the last one returned")
-	require.True(t, probe)
-	h.exit(150*ms, true, true) // the master replied: closed again
-	h.exit(150*ms, false, false)
-	ok, probe = h.enter(151*ms, timeout)
-	assert.True(t, ok)
-	assert.False(t, probe)
-	h.exit(152*ms, false, true)
-	// Idle for an hour, then a burst: the first calls of a busy spell are
-	// never taken for stuck ones.
-	hour := int64(time.Hour)
-	ok, _ = h.enter(hour, timeout)
-	require.True(t, ok)
-	ok, probe = h.enter(hour+ms, timeout)
-	assert.True(t, ok)
-	assert.False(t, probe)
+	t.Run("hung", func(t *testing.T) {
+		var h health
+		ok, probe := h.enter(0, timeout)
+		require.True(t, ok)
+		require.False(t, probe)
+		// A second call while the first is in flight, within the timeout: fine.
+		ok, probe = h.enter(10*ms, timeout)
+		require.True(t, ok)
+		require.False(t, probe)
+		h.exit(20*ms, false, true) // the second replied
+		// The first has been out 70 ms, but the master replied 50 ms ago: fine.
+		ok, _ = h.enter(70*ms, timeout)
+		require.True(t, ok)
+		h.exit(70*ms, false, true)
+		// Nothing replied for 60 ms while a call was in flight: out. One probe.
+		ok, probe = h.enter(131*ms, timeout)
+		require.True(t, ok)
+		require.True(t, probe)
+		ok, _ = h.enter(132*ms, timeout)
+		assert.False(t, ok, "a second call while the probe runs")
+		h.exit(140*ms, true, false) // the probe failed without a reply
+		ok, _ = h.enter(141*ms, timeout)
+		assert.False(t, ok, "a new probe before a node timeout has passed since the last")
+		ok, probe = h.enter(182*ms, timeout)
+		require.True(t, ok, "a new probe a node timeout after the last")
+		require.True(t, probe)
+		h.exit(190*ms, true, true) // the master replied: closed again
+		ok, probe = h.enter(191*ms, timeout)
+		assert.True(t, ok)
+		assert.False(t, probe)
+		h.exit(192*ms, false, true)
+		h.exit(192*ms, false, false) // the first call, stuck since 0, comes back with a read timeout
+	})
+	t.Run("down", func(t *testing.T) {
+		var h health
+		// Calls that fail at once: tried while the last reply is recent.
+		h.enter(0, timeout)
+		h.exit(0, false, true)
+		for now := ms; now <= 50*ms; now += 10 * ms {
+			ok, probe := h.enter(now, timeout)
+			require.True(t, ok, "at %d ms", now/ms)
+			require.False(t, probe)
+			h.exit(now, false, false)
+		}
+		// No reply for over a node timeout and the last call failed: out.
+		ok, probe := h.enter(60*ms, timeout)
+		require.True(t, ok)
+		require.True(t, probe)
+		h.exit(61*ms, true, false)
+		for now := 62 * ms; now < 110*ms; now += 5 * ms {
+			ok, _ := h.enter(now, timeout)
+			assert.False(t, ok, "at %d ms: one probe per node timeout", now/ms)
+		}
+		ok, probe = h.enter(111*ms, timeout)
+		require.True(t, ok)
+		require.True(t, probe)
+		h.exit(112*ms, true, true) // back
+		ok, probe = h.enter(113*ms, timeout)
+		assert.True(t, ok)
+		assert.False(t, probe)
+	})
+	t.Run("idle, then a burst", func(t *testing.T) {
+		var h health
+		h.enter(0, timeout)
+		h.exit(ms, false, true)
+		// Idle for an hour: the first calls of a busy spell are never taken
+		// for stuck ones.
+		hour := int64(time.Hour)
+		ok, _ := h.enter(hour, timeout)
+		require.True(t, ok)
+		ok, probe := h.enter(hour+ms, timeout)
+		assert.True(t, ok)
+		assert.False(t, probe)
+	})
 }
 
 // resetMaster fails every SET after delay with a connection reset, as a

@@ -11,37 +11,42 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// errStuck is the error of a master that a round did not call because an
-// earlier call to it has gone unanswered for longer than the node timeout.
-var errStuck = errors.New("redlock: skipped: an earlier call to this master is still unanswered after the node timeout")
+// errStuck is the error of a master that a round did not call because the
+// master has not replied for longer than the node timeout (see health).
+var errStuck = errors.New("redlock: skipped: this master has not replied for longer than the node timeout")
 
 // health is what the client knows of one master's responsiveness: a
-// breaker that stops piling calls up behind a master that hangs.
+// breaker that stops piling calls up behind a master that hangs, and stops
+// spending calls on one that is down.
 //
-// A master is stuck while calls to it have been in flight, without a reply
-// from it, for longer than the node timeout. A round then does not call it
-// but counts it as failed at once, except for one probe at a time; the
-// first reply (to the probe or to a call that was stuck) closes the breaker.
-// So a hung master holds at most the calls started in the node timeout
-// before it was found stuck, plus one probe: those that got a pooled
-// connection wait in a read until go-redis's ReadTimeout (at most PoolSize
-// of them), the others give up their wait for a connection at the round's
-// deadline.
+// A master is out when it has not replied for longer than the node timeout
+// and either calls to it have been in flight all that time (it hangs) or
+// its last call failed without a reply (it is down). A round then does not
+// call it but counts it as failed at once, except for a probe: one at a
+// time, at most one per node timeout. The first reply (to the probe or to a
+// call that was stuck) closes the breaker. So a hung master holds at most
+// the calls started in the node timeout before it was found out, plus one
+// probe: those that got a pooled connection wait in a read until go-redis's
+// ReadTimeout (at most PoolSize of them), the others give up their wait for
+// a connection at the round's deadline.
 type health struct {
-	inflight  atomic.Int64
-	busySince atomic.Int64 // when inflight last rose from 0, in ns on the client's clock
-	lastReply atomic.Int64 // when the master last replied, in ns on the client's clock
-	probing   atomic.Bool
+	inflight   atomic.Int64
+	busySince  atomic.Int64 // when inflight last rose from 0, in ns on the client's clock
+	lastReply  atomic.Int64 // when the master last replied, in ns on the client's clock
+	failedLast atomic.Bool  // the last call that returned got no reply
+	lastProbe  atomic.Int64 // when the last probe started
+	probing    atomic.Bool
 }
 
 // enter is called before a call to the master at now (ns); it returns
 // false when the call must not be made. A true probe must be passed to exit.
 func (h *health) enter(now, timeout int64) (ok, probe bool) {
 	n := h.inflight.Load()
-	if n > 0 && now-h.busySince.Load() > timeout && now-h.lastReply.Load() > timeout {
-		if !h.probing.CompareAndSwap(false, true) {
+	if now-h.lastReply.Load() > timeout && (h.failedLast.Load() || (n > 0 && now-h.busySince.Load() > timeout)) {
+		if now-h.lastProbe.Load() < timeout || !h.probing.CompareAndSwap(false, true) {
 			return false, false
 		}
+		h.lastProbe.Store(now)
 		probe = true
 	}
 	if n == 0 {
@@ -60,6 +65,7 @@ func (h *health) exit(now int64, probe, replied bool) {
 	if replied {
 		h.lastReply.Store(now)
 	}
+	h.failedLast.Store(!replied)
 	h.inflight.Add(-1)
 	if probe {
 		h.probing.Store(false)
