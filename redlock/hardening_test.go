@@ -259,70 +259,93 @@ func TestWrappedNilIsARefusal(t *testing.T) {
 	assert.False(t, errors.Is(err, ErrQuorumUnavailable))
 }
 
-// TestBreaker: the breaker's states on a clock the test moves.
+// TestBreaker: the breaker's states on a clock the test moves; a master is
+// out after outAfter node timeouts (here 4 × 50 ms) without a reply.
 func TestBreaker(t *testing.T) {
 	const timeout = int64(50 * time.Millisecond)
 	ms := int64(time.Millisecond)
+	quiet := outAfter * timeout
 	t.Run("hung", func(t *testing.T) {
 		var h health
 		ok, probe := h.enter(0, timeout)
 		require.True(t, ok)
 		require.False(t, probe)
-		// A second call while the first is in flight, within the timeout: fine.
+		// A second call while the first is in flight: fine.
 		ok, probe = h.enter(10*ms, timeout)
 		require.True(t, ok)
 		require.False(t, probe)
 		h.exit(20*ms, false, true) // the second replied
-		// The first has been out 70 ms, but the master replied 50 ms ago: fine.
-		ok, _ = h.enter(70*ms, timeout)
+		// The first has been out longer than the quiet time, but the master
+		// replied since: fine.
+		ok, _ = h.enter(quiet+10*ms, timeout)
 		require.True(t, ok)
-		h.exit(70*ms, false, true)
-		// Nothing replied for 60 ms while a call was in flight: out. One probe.
-		ok, probe = h.enter(131*ms, timeout)
+		h.exit(quiet+10*ms, false, true)
+		last := quiet + 10*ms // the last reply
+		// Nothing replied for longer than the quiet time while a call was in
+		// flight: out. One probe.
+		ok, _ = h.enter(last+quiet-ms, timeout)
+		require.True(t, ok, "not out before the quiet time")
+		now := last + quiet + ms
+		ok, probe = h.enter(now, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
-		ok, _ = h.enter(132*ms, timeout)
+		ok, _ = h.enter(now+ms, timeout)
 		assert.False(t, ok, "a second call while the probe runs")
-		h.exit(140*ms, true, false) // the probe failed without a reply
-		ok, _ = h.enter(141*ms, timeout)
+		h.exit(now+2*ms, true, false) // the probe failed without a reply
+		ok, _ = h.enter(now+3*ms, timeout)
 		assert.False(t, ok, "a new probe before a node timeout has passed since the last")
-		ok, probe = h.enter(182*ms, timeout)
+		ok, probe = h.enter(now+timeout+ms, timeout)
 		require.True(t, ok, "a new probe a node timeout after the last")
 		require.True(t, probe)
-		h.exit(190*ms, true, true) // the master replied: closed again
-		ok, probe = h.enter(191*ms, timeout)
+		h.exit(now+timeout+2*ms, true, true) // the master replied: closed again
+		ok, probe = h.enter(now+timeout+3*ms, timeout)
 		assert.True(t, ok)
 		assert.False(t, probe)
-		h.exit(192*ms, false, true)
-		h.exit(192*ms, false, false) // the first call, stuck since 0, comes back with a read timeout
 	})
 	t.Run("down", func(t *testing.T) {
 		var h health
-		// Calls that fail at once: tried while the last reply is recent.
 		h.enter(0, timeout)
 		h.exit(0, false, true)
-		for now := ms; now <= 50*ms; now += 10 * ms {
+		// Calls that fail at once: tried until the quiet time has passed.
+		for now := ms; now <= quiet; now += 10 * ms {
 			ok, probe := h.enter(now, timeout)
 			require.True(t, ok, "at %d ms", now/ms)
 			require.False(t, probe)
 			h.exit(now, false, false)
 		}
-		// No reply for over a node timeout and the last call failed: out.
-		ok, probe := h.enter(60*ms, timeout)
+		// No reply for the quiet time and the last call failed: out.
+		now := quiet + 5*ms
+		ok, probe := h.enter(now, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
-		h.exit(61*ms, true, false)
-		for now := 62 * ms; now < 110*ms; now += 5 * ms {
-			ok, _ := h.enter(now, timeout)
-			assert.False(t, ok, "at %d ms: one probe per node timeout", now/ms)
+		h.exit(now+ms, true, false)
+		for later := now + 2*ms; later < now+timeout; later += 5 * ms {
+			ok, _ := h.enter(later, timeout)
+			assert.False(t, ok, "at %d ms: one probe per node timeout", later/ms)
 		}
-		ok, probe = h.enter(111*ms, timeout)
+		ok, probe = h.enter(now+timeout, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
-		h.exit(112*ms, true, true) // back
-		ok, probe = h.enter(113*ms, timeout)
+		h.exit(now+timeout+ms, true, true) // back
+		ok, probe = h.enter(now+timeout+2*ms, timeout)
 		assert.True(t, ok)
 		assert.False(t, probe)
+	})
+	t.Run("idle, then a failure", func(t *testing.T) {
+		var h health
+		h.enter(0, timeout)
+		h.exit(ms, false, true)
+		// An hour idle, then calls that fail: idle time is not time without
+		// a reply, so the master stays in until they fail for the quiet time.
+		hour := int64(time.Hour)
+		for now := hour; now <= hour+quiet; now += 10 * ms {
+			ok, probe := h.enter(now, timeout)
+			require.True(t, ok, "at %d ms after the idle hour", (now-hour)/ms)
+			require.False(t, probe)
+			h.exit(now, false, false)
+		}
+		_, probe := h.enter(hour+quiet+20*ms, timeout)
+		assert.True(t, probe, "out once the failures lasted the quiet time")
 	})
 	t.Run("idle, then a burst", func(t *testing.T) {
 		var h health

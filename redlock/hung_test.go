@@ -135,11 +135,13 @@ func TestHungMastersBounded(t *testing.T) {
 	// the node timeout on a loaded machine (the race detector's slowdown).
 	assert.GreaterOrEqual(t, r.acquired, r.attempts*95/100, "attempts that won")
 	assert.LessOrEqual(t, r.after-r.baseline, 2*r.poolSize+16, "goroutines left behind the hung masters")
-	// The peak adds, per hung master, the calls started within one node
-	// timeout before the breaker found it stuck (each gone within the node
-	// timeout): proportional to the attempt rate, not to the attempts.
+	// The peak adds, per hung master, the calls of one node timeout and
+	// their releases (each gone within the node timeout) while the breaker
+	// has not taken it out: proportional to the attempt rate, not to the
+	// attempts. The rate is not even over the run (attempts are slower while
+	// the hung masters are still called), hence twice the average here.
 	perTimeout := int(r.attempts * int64(DefaultNodeTimeout) / int64(r.duration))
-	assert.LessOrEqual(t, r.peak-r.baseline, 2*r.poolSize+2*perTimeout+16, "goroutines at the peak")
+	assert.LessOrEqual(t, r.peak-r.baseline, 2*r.poolSize+2*2*2*perTimeout+16, "goroutines at the peak")
 }
 
 // BenchmarkHungMasters is the hung-master scenario of TestHungMastersBounded

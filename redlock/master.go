@@ -19,30 +19,42 @@ var errStuck = errors.New("redlock: skipped: this master has not replied for lon
 // breaker that stops piling calls up behind a master that hangs, and stops
 // spending calls on one that is down.
 //
-// A master is out when it has not replied for longer than the node timeout
-// and either calls to it have been in flight all that time (it hangs) or
-// its last call failed without a reply (it is down). A round then does not
-// call it but counts it as failed at once, except for a probe: one at a
-// time, at most one per node timeout. The first reply (to the probe or to a
-// call that was stuck) closes the breaker. So a hung master holds at most
-// the calls started in the node timeout before it was found out, plus one
-// probe: those that got a pooled connection wait in a read until go-redis's
-// ReadTimeout (at most PoolSize of them), the others give up their wait for
-// a connection at the round's deadline.
+// A master is out when it has not replied for longer than outAfter node
+// timeouts and either calls to it have been in flight all that time (it
+// hangs) or every call that returned in that time failed without a reply
+// (it is down). Time it spent idle does not count. A round then
+// does not call it but counts it as failed at once, except for a probe: one
+// at a time, at most one per node timeout. The first reply (to the probe or
+// to a call that was stuck) closes the breaker. Whether out or not, a call
+// to a hung master holds a goroutine for at most the node timeout, except
+// those that got a pooled connection: they wait in a read until go-redis's
+// ReadTimeout, at most PoolSize of them. So what a hung master holds is at
+// most its pool plus the calls of one node timeout, and once it is out, one
+// probe instead of those calls.
 type health struct {
 	inflight   atomic.Int64
 	busySince  atomic.Int64 // when inflight last rose from 0, in ns on the client's clock
 	lastReply  atomic.Int64 // when the master last replied, in ns on the client's clock
 	failedLast atomic.Bool  // the last call that returned got no reply
+	failing    atomic.Int64 // when the calls began to fail without a reply
 	lastProbe  atomic.Int64 // when the last probe started
 	probing    atomic.Bool
 }
 
-// enter is called before a call to the master at now (ns); it returns
-// false when the call must not be made. A true probe must be passed to exit.
+// outAfter is how many node timeouts without a reply take a master out. More
+// than one, so that a master that is only overloaded, answering late but
+// answering, is not taken out and put back over and over.
+const outAfter = 4
+
+// enter is called before a call to the master at now (ns), with the node
+// timeout in ns; it returns false when the call must not be made. A true
+// probe must be passed to exit.
 func (h *health) enter(now, timeout int64) (ok, probe bool) {
 	n := h.inflight.Load()
-	if now-h.lastReply.Load() > timeout && (h.failedLast.Load() || (n > 0 && now-h.busySince.Load() > timeout)) {
+	quiet := outAfter * timeout
+	hangs := n > 0 && now-h.busySince.Load() > quiet
+	down := h.failedLast.Load() && now-h.failing.Load() > quiet
+	if now-h.lastReply.Load() > quiet && (hangs || down) {
 		if now-h.lastProbe.Load() < timeout || !h.probing.CompareAndSwap(false, true) {
 			return false, false
 		}
@@ -64,8 +76,10 @@ func (h *health) enter(now, timeout int64) (ok, probe bool) {
 func (h *health) exit(now int64, probe, replied bool) {
 	if replied {
 		h.lastReply.Store(now)
+		h.failedLast.Store(false)
+	} else if !h.failedLast.Swap(true) {
+		h.failing.Store(now)
 	}
-	h.failedLast.Store(!replied)
 	h.inflight.Add(-1)
 	if probe {
 		h.probing.Store(false)
