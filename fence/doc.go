@@ -12,17 +12,16 @@
 // from the node's clock in microseconds, so that no fence is handed out
 // twice, by any process, across a loss, while that clock does not go back
 // ([RedisCounter.Mint]). [RedisCounter.CheckDurability] checks that the node
-// keeps what it acknowledged. [PGCounter] keeps the counter in a PostgreSQL
-// table instead.
+// keeps what it acknowledged.
 //
-// Guards: [PGGuard] runs a caller's UPDATE only when the row's fence is not
-// newer than the writer's, in one statement, and [PGGuard.Claim] takes rows
-// for a holder before it reads them; [RedisGuard] does the same for values
-// kept in Redis. A refused write returns [ErrFenceRejected] and is counted
-// in [Rejected] (lock_fence_rejected_total); a row that a concurrent
-// transaction changed gives [ErrConflict], to retry. Zero rows changed is
-// never success. docs/fencing.md explains the model, the claim-then-write pattern
+// Guards: [RedisGuard] stores a value in Redis only when its fence is not
+// older than the one stored with it. A refused write returns
+// [ErrFenceRejected] and is counted in [Rejected]. Zero rows changed is never
+// success. docs/fencing.md explains the model, the claim-then-write pattern
 // and the <= versus < choice ([AtLeast], [Newer]).
+//
+// The PostgreSQL counter and guard are in package pgfence, so that a program
+// that does not import it does not link pgx.
 //
 // The package does not take locks; see the redlock package.
 package fence

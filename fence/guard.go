@@ -1,14 +1,11 @@
 package fence
 
-import (
-	"errors"
-	"sync/atomic"
-)
+import "quorumlock.dev/fence/internal/rejection"
 
 // ErrFenceRejected reports a write that the storage refused because it has
 // already accepted a write with a newer fence: the writer's lock is stale.
 // The write was not applied. Treat it as the lock lost, never as success.
-var ErrFenceRejected = errors.New("fence: rejected: the storage has seen a newer fence")
+var ErrFenceRejected = rejection.ErrRejected
 
 // Comparison says which fences a guard admits against the one stored.
 type Comparison int
@@ -24,16 +21,11 @@ const (
 	Newer
 )
 
-var rejected atomic.Uint64
-
-// Rejected is the number of writes refused by any guard of this package in
-// this process since it started: the counter exported to Prometheus as
-// lock_fence_rejected_total. A steady rate above zero means leases expire
-// under their holders (TTL too short for the work, or pauses).
-func Rejected() uint64 { return rejected.Load() }
+// Rejected is the number of writes refused by any guard of this package or
+// its subpackages in this process since it started. A steady rate above zero
+// means leases expire under their holders (TTL too short for the work, or
+// pauses).
+func Rejected() uint64 { return rejection.Count() }
 
 // reject counts one refused write and returns ErrFenceRejected.
-func reject() error {
-	rejected.Add(1)
-	return ErrFenceRejected
-}
+func reject() error { return rejection.Reject() }

@@ -374,6 +374,11 @@ func bounded[A, T any](ctx context.Context, limit time.Duration, call func(conte
 	case a := <-ch:
 		return a.v, a.err
 	case <-cctx.Done():
+		select {
+		case a := <-ch: // the call returned, and its goroutine ended cctx after sending
+			return a.v, a.err
+		default:
+		}
 		if err := ctx.Err(); err != nil {
 			return zero, err
 		}

@@ -124,7 +124,7 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 // checkFenceNode refuses a fence counter that lives on one of the masters:
 // the counter must survive what the masters may lose.
 func (c *Client) checkFenceNode() error {
-	on, ok := c.cfg.minter.(interface{ Node() fence.Incrementer })
+	on, ok := c.cfg.minter.(NodeMinter)
 	if !ok {
 		return nil
 	}

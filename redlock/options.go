@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"time"
@@ -28,7 +29,7 @@ type config struct {
 	driftConstant time.Duration
 	attempts      int
 	delay, jitter time.Duration
-	minter        fence.Minter
+	minter        Minter
 	fenceSet      bool
 	logger        *slog.Logger
 }
@@ -68,10 +69,27 @@ func WithRetry(attempts int, delay, jitter time.Duration) Option {
 	return func(c *config) { c.attempts, c.delay, c.jitter = attempts, delay, jitter }
 }
 
+// Minter mints the fencing tokens of [WithFence]: a value strictly greater
+// than every value it returned before for the resource, within ctx's
+// deadline. fence.RedisCounter and pgfence.Counter satisfy it.
+type Minter interface {
+	Mint(ctx context.Context, resource string) (uint64, error)
+}
+
+// NodeMinter is a [Minter] that names the Redis node its counter lives on;
+// [New] refuses one whose node is one of the masters. fence.RedisCounter
+// satisfies it.
+type NodeMinter interface {
+	Minter
+	Node() fence.Incrementer
+}
+
+var _ NodeMinter = (*fence.RedisCounter)(nil)
+
 // WithFence makes every lock carry a fencing token minted by m after the
 // quorum is won (see [Lock.Fence]). m must keep its counter on a node that is
 // not one of the masters. A lock is never handed out without its token.
-func WithFence(m fence.Minter) Option {
+func WithFence(m Minter) Option {
 	return func(c *config) { c.minter, c.fenceSet = m, true }
 }
 

@@ -7,18 +7,18 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"quorumlock.dev/fence"
+	"quorumlock.dev/fence/pgfence"
 )
 
 // PGStore is the PostgreSQL storage: a stock table guarded by
-// fence.PGGuard and a shipments table without a unique constraint, so that
+// pgfence.Guard and a shipments table without a unique constraint, so that
 // a duplicate shows as a second row. Its tables carry a prefix of their own
 // and are dropped by Close.
 type PGStore struct {
 	pool      *pgxpool.Pool
 	stock     string // quoted table names
 	shipments string
-	guard     fence.PGGuard
+	guard     pgfence.Guard
 	initial   int64 // units in stock after Setup
 }
 
@@ -29,7 +29,7 @@ func NewPGStore(pool *pgxpool.Pool, prefix string) *PGStore {
 		pool:      pool,
 		stock:     pgx.Identifier{prefix + "_stock"}.Sanitize(),
 		shipments: pgx.Identifier{prefix + "_shipments"}.Sanitize(),
-		guard:     fence.PGGuard{Table: prefix + "_stock"},
+		guard:     pgfence.Guard{Table: prefix + "_stock"},
 	}
 }
 

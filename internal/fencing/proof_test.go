@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/fence/pgfence"
 	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
@@ -53,7 +54,7 @@ const inventorySchema = `CREATE TABLE inventory (
 	fence bigint NOT NULL DEFAULT 0
 )`
 
-var inventory = fence.PGGuard{Table: "inventory"}
+var inventory = pgfence.Guard{Table: "inventory"}
 
 // stack is what a proof test runs on: three redis-server masters, a
 // PostgreSQL database with one inventory row, and lock clients.
@@ -77,7 +78,7 @@ func newStack(t *testing.T) *stack {
 	require.NoError(t, err)
 	_, err = s.pool.Exec(ctx, `INSERT INTO inventory (sku, qty, owner) VALUES ('WH-01', 100, 'nobody')`)
 	require.NoError(t, err)
-	_, err = s.pool.Exec(ctx, fence.CounterSchema)
+	_, err = s.pool.Exec(ctx, pgfence.Schema)
 	require.NoError(t, err)
 	return s
 }
@@ -94,7 +95,7 @@ func (s *stack) client(t *testing.T, fenced bool, opts ...redlock.Option) *redlo
 	}
 	opts = append([]redlock.Option{redlock.WithNodeTimeout(20 * time.Millisecond)}, opts...)
 	if fenced {
-		counter, err := fence.NewPGCounter(s.pool)
+		counter, err := pgfence.NewCounter(s.pool)
 		require.NoError(t, err)
 		opts = append(opts, redlock.WithFence(counter))
 	}
@@ -110,13 +111,13 @@ func (s *stack) row(t *testing.T) (qty int, owner string, f int64) {
 }
 
 // write is the guarded allocation: take n units as owner, with the fence.
-func write(ctx context.Context, db fence.DB, token uint64, owner string, n int) error {
+func write(ctx context.Context, db pgfence.DB, token uint64, owner string, n int) error {
 	_, err := inventory.Update(ctx, db, token, "qty = qty - $1, owner = $2", "sku = $3", n, owner, "WH-01")
 	return err
 }
 
 // writeUnfenced is the same write by a team that skipped the fence.
-func writeUnfenced(ctx context.Context, db fence.DB, owner string, n int) error {
+func writeUnfenced(ctx context.Context, db pgfence.DB, owner string, n int) error {
 	_, err := db.Exec(ctx, `UPDATE inventory SET qty = qty - $1, owner = $2 WHERE sku = 'WH-01'`, n, owner)
 	return err
 }
@@ -256,7 +257,7 @@ func holder() int {
 	for _, a := range strings.Split(os.Getenv("QUORUMLOCK_MASTERS"), ",") {
 		masters = append(masters, redis.NewClient(&redis.Options{Addr: a}))
 	}
-	counter, err := fence.NewPGCounter(pool)
+	counter, err := pgfence.NewCounter(pool)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,4 +1,9 @@
-package fence
+// Package pgfence keeps fences in PostgreSQL: [Counter] mints them in a
+// table, one row per resource, and [Guard] makes a table refuse writes from
+// stale lock holders, checking the fence in the same statement as the write.
+// It is apart from package fence so that only programs that use PostgreSQL
+// link pgx. docs/fencing.md explains the claim-then-write pattern.
+package pgfence
 
 import (
 	"context"
@@ -12,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"quorumlock.dev/fence"
+	"quorumlock.dev/fence/internal/rejection"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -25,8 +32,8 @@ var (
 	ErrConflict = errors.New("fence: row changed concurrently; retry")
 )
 
-// DB is the part of a pgx connection or pool that [PGCounter] and [PGGuard] need.
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it; [NewPGCounter] refuses a pgx.Tx.
+// DB is the part of a pgx connection or pool that [Counter] and [Guard] need.
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it; [NewCounter] refuses a pgx.Tx.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -38,10 +45,10 @@ var (
 	_ DB = pgx.Tx(nil)
 )
 
-// CounterSchema creates the table of [PGCounter], if it does not exist: one row per resource
+// Schema creates the table of [Counter], if it does not exist: one row per resource
 // holding the last fence minted. Run it once, with db.Exec, or apply schema.sql, which holds
 // the same statement.
-const CounterSchema = `CREATE TABLE IF NOT EXISTS quorumlock_fence (
+const Schema = `CREATE TABLE IF NOT EXISTS quorumlock_fence (
 	resource text PRIMARY KEY,
 	value    bigint NOT NULL CHECK (value > 0)
 )`
@@ -55,7 +62,7 @@ RETURNING value`
 	seedSQL = `INSERT INTO quorumlock_fence (resource, value) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET value = GREATEST(quorumlock_fence.value, EXCLUDED.value)`
 
-	// updateSQL is the statement of PGGuard.Update and Claim, for table (1), fence column (2),
+	// updateSQL is the statement of Guard.Update and Claim, for table (1), fence column (2),
 	// the SET assignments, the fence's last (3), where (4), the fence's placeholder number (5)
 	// and comparison (6). The checks of why nothing changed run in the same statement, and
 	// only then (an initplan in an untaken CASE branch never executes): a second statement
@@ -85,36 +92,36 @@ SELECT changed, seen, CASE WHEN seen >= 0 AND seen %[6]s $%[5]d THEN (SELECT max
 FROM outcome`
 )
 
-// PGCounter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
-// [CounterSchema]), one row per resource. It is an alternative to [RedisCounter] for a lock
+// Counter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
+// [Schema]), one row per resource. It is an alternative to [fence.RedisCounter] for a lock
 // whose protected data already lives in PostgreSQL: the counter is then as durable as that
 // data, and needs no Redis node of its own. It is safe for concurrent use.
-type PGCounter struct {
+type Counter struct {
 	db DB
 }
 
-var _ Minter = (*PGCounter)(nil)
+var _ fence.Minter = (*Counter)(nil)
 
-// NewPGCounter returns a counter that runs its statements on db, each committed on its own.
-// A pgx.Tx gives [ErrInvalidArgument]: a mint in a transaction that rolls back is handed out
+// NewCounter returns a counter that runs its statements on db, each committed on its own.
+// A pgx.Tx gives [fence.ErrInvalidArgument]: a mint in a transaction that rolls back is handed out
 // again. A *pgx.Conn inside a transaction block (after BEGIN) has the same flaw and cannot be
-// detected: do not pass one. The table must exist (see [CounterSchema]).
-func NewPGCounter(db DB) (*PGCounter, error) {
+// detected: do not pass one. The table must exist (see [Schema]).
+func NewCounter(db DB) (*Counter, error) {
 	if nilcheck.Is(db) {
-		return nil, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: nil database", fence.ErrInvalidArgument)
 	}
 	if _, ok := db.(pgx.Tx); ok {
-		return nil, fmt.Errorf("%w: a pgx.Tx: a mint that rolls back would be handed out again; pass the pool", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: a pgx.Tx: a mint that rolls back would be handed out again; pass the pool", fence.ErrInvalidArgument)
 	}
-	return &PGCounter{db: db}, nil
+	return &Counter{db: db}, nil
 }
 
 // Mint increments the counter of resource, creating it at 1, and returns its new value, in
 // one statement. It returns when ctx ends, as pgx does; a statement that the server received
 // may still commit after that, which leaves a gap in the sequence but never a repeat.
-func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
+func (c *Counter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
-		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+		return 0, fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -124,7 +131,7 @@ func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 		return 0, fmt.Errorf("fence: mint %s: %w", resource, err)
 	}
 	if v <= 0 {
-		return 0, fmt.Errorf("%w: %s is %d", ErrCounter, resource, v)
+		return 0, fmt.Errorf("%w: %s is %d", fence.ErrCounter, resource, v)
 	}
 	return uint64(v), nil
 }
@@ -134,12 +141,12 @@ func (c *PGCounter) Mint(ctx context.Context, resource string) (uint64, error) {
 // from another one (the Redis counter it replaces). As a repair after a loss, atLeast must
 // exceed every fence that may have been handed out, with a margin: storage's largest fence
 // misses those minted but never written (docs/fencing.md). A seed of 0 changes nothing.
-func (c *PGCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
+func (c *Counter) Seed(ctx context.Context, resource string, atLeast uint64) error {
 	if resource == "" {
-		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
 	}
 	if atLeast > math.MaxInt64 {
-		return fmt.Errorf("%w: seed %d is above what a bigint holds", ErrInvalidArgument, atLeast)
+		return fmt.Errorf("%w: seed %d is above what a bigint holds", fence.ErrInvalidArgument, atLeast)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -153,15 +160,15 @@ func (c *PGCounter) Seed(ctx context.Context, resource string, atLeast uint64) e
 	return nil
 }
 
-// PGGuard makes a PostgreSQL table reject writes from stale lock holders. Each guarded row
-// stores, in a bigint column, the fence of the last write that changed it; [PGGuard.Update]
+// Guard makes a PostgreSQL table reject writes from stale lock holders. Each guarded row
+// stores, in a bigint column, the fence of the last write that changed it; [Guard.Update]
 // changes a row only if the writer's fence passes the comparison with the stored one, in the
 // same statement, so the check holds however late the write arrives. Rows written without
 // the guard bypass it.
 //
-// The zero value of FenceColumn and Compare is usable. A PGGuard holds no state and is safe
+// The zero value of FenceColumn and Compare is usable. A Guard holds no state and is safe
 // for concurrent use.
-type PGGuard struct {
+type Guard struct {
 	// Table is the guarded table, "table" or "schema.table". Each part is quoted, so it is
 	// taken literally: "Inventory" is not "inventory", and a name cannot hold a dot.
 	Table string
@@ -170,14 +177,14 @@ type PGGuard struct {
 	FenceColumn string
 	// Compare says which fences are admitted against the stored one: AtLeast (the default,
 	// stored <= fence) or Newer (stored < fence).
-	Compare Comparison
+	Compare fence.Comparison
 }
 
-func (g PGGuard) table() string {
+func (g Guard) table() string {
 	return pgx.Identifier(strings.Split(g.Table, ".")).Sanitize()
 }
 
-func (g PGGuard) column() string {
+func (g Guard) column() string {
 	if g.FenceColumn == "" {
 		return pgx.Identifier{"fence"}.Sanitize()
 	}
@@ -187,7 +194,7 @@ func (g PGGuard) column() string {
 // Migration returns the statement that adds the fence column to the guarded table, if it is
 // missing: ALTER TABLE <table> ADD COLUMN IF NOT EXISTS <fence> bigint NOT NULL DEFAULT 0.
 // Existing rows get 0, which every fence passes.
-func (g PGGuard) Migration() string {
+func (g Guard) Migration() string {
 	return "ALTER TABLE " + g.table() + " ADD COLUMN IF NOT EXISTS " + g.column() + " bigint NOT NULL DEFAULT 0"
 }
 
@@ -203,8 +210,8 @@ func (g PGGuard) Migration() string {
 // error.
 //
 // When no row changed, the same statement tells why: if a matching row stores a fence that
-// refuses the write, Update counts the rejection in [Rejected] and returns an error wrapping
-// [ErrFenceRejected] with the stored and offered fence; if none matches, [ErrNoRow]; if a
+// refuses the write, Update counts the rejection in [fence.Rejected] and returns an error wrapping
+// [fence.ErrFenceRejected] with the stored and offered fence; if none matches, [ErrNoRow]; if a
 // concurrent transaction changed the matching rows while the statement waited for them and
 // stored no newer fence (they no longer match, or are gone), [ErrConflict], not counted, to
 // retry. None of them is an SQL error: a transaction that db runs stays usable, and the
@@ -214,49 +221,49 @@ func (g PGGuard) Migration() string {
 // the above.
 //
 // An empty Table, set or where, a fence of 0 or above math.MaxInt64, or an unknown Compare
-// gives [ErrInvalidArgument] and runs nothing.
-func (g PGGuard) Update(ctx context.Context, db DB, fence uint64, set, where string, args ...any) (int64, error) {
+// gives [fence.ErrInvalidArgument] and runs nothing.
+func (g Guard) Update(ctx context.Context, db DB, token uint64, set, where string, args ...any) (int64, error) {
 	if strings.TrimSpace(set) == "" {
-		return 0, fmt.Errorf("%w: empty SET clause", ErrInvalidArgument)
+		return 0, fmt.Errorf("%w: empty SET clause", fence.ErrInvalidArgument)
 	}
-	return g.update(ctx, db, fence, set, where, args)
+	return g.update(ctx, db, token, set, where, args)
 }
 
 // Claim raises the fence stored in the rows that match where to fence, if
 // fence is not older, and changes nothing else: the same statement, check
-// and errors as [PGGuard.Update] with an empty SET. A holder claims the rows
+// and errors as [Guard.Update] with an empty SET. A holder claims the rows
 // it will decide on before it reads them; an older holder's write that
 // arrives later is then refused, even if the new holder has not written yet.
 // Without the claim, a stale write that lands between the new holder's read
 // and its write is accepted, and the new holder acts on what it read.
 // Claim needs the AtLeast comparison, since the holder's own writes that
-// follow carry the same fence: with Newer it returns [ErrInvalidArgument].
-func (g PGGuard) Claim(ctx context.Context, db DB, fence uint64, where string, args ...any) (int64, error) {
-	if g.Compare != AtLeast {
-		return 0, fmt.Errorf("%w: Claim needs the AtLeast comparison", ErrInvalidArgument)
+// follow carry the same fence: with Newer it returns [fence.ErrInvalidArgument].
+func (g Guard) Claim(ctx context.Context, db DB, token uint64, where string, args ...any) (int64, error) {
+	if g.Compare != fence.AtLeast {
+		return 0, fmt.Errorf("%w: Claim needs the AtLeast comparison", fence.ErrInvalidArgument)
 	}
-	return g.update(ctx, db, fence, "", where, args)
+	return g.update(ctx, db, token, "", where, args)
 }
 
-func (g PGGuard) update(ctx context.Context, db DB, fence uint64, set, where string, args []any) (int64, error) {
+func (g Guard) update(ctx context.Context, db DB, token uint64, set, where string, args []any) (int64, error) {
 	var op string
 	switch g.Compare {
-	case AtLeast:
+	case fence.AtLeast:
 		op = "<="
-	case Newer:
+	case fence.Newer:
 		op = "<"
 	default:
-		return 0, fmt.Errorf("%w: unknown comparison %d", ErrInvalidArgument, g.Compare)
+		return 0, fmt.Errorf("%w: unknown comparison %d", fence.ErrInvalidArgument, g.Compare)
 	}
 	switch {
 	case nilcheck.Is(db):
-		return 0, fmt.Errorf("%w: nil database", ErrInvalidArgument)
+		return 0, fmt.Errorf("%w: nil database", fence.ErrInvalidArgument)
 	case slices.Contains(strings.Split(g.Table, "."), ""):
-		return 0, fmt.Errorf("%w: table %q", ErrInvalidArgument, g.Table)
+		return 0, fmt.Errorf("%w: table %q", fence.ErrInvalidArgument, g.Table)
 	case strings.TrimSpace(where) == "":
-		return 0, fmt.Errorf("%w: empty WHERE clause", ErrInvalidArgument)
-	case fence == 0 || fence > math.MaxInt64:
-		return 0, fmt.Errorf("%w: fence %d is not in 1..%d", ErrInvalidArgument, fence, int64(math.MaxInt64))
+		return 0, fmt.Errorf("%w: empty WHERE clause", fence.ErrInvalidArgument)
+	case token == 0 || token > math.MaxInt64:
+		return 0, fmt.Errorf("%w: fence %d is not in 1..%d", fence.ErrInvalidArgument, token, int64(math.MaxInt64))
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -274,7 +281,7 @@ func (g PGGuard) update(ctx context.Context, db DB, fence uint64, set, where str
 		seen    *int64 // nil: no row matches where, or rows were changed
 		latest  *int64 // nil unless seen admits fence
 	)
-	args = append(args[:len(args):len(args)], int64(fence))
+	args = append(args[:len(args):len(args)], int64(token))
 	if err := db.QueryRow(ctx, sql, args...).Scan(&changed, &seen, &latest); err != nil {
 		return 0, fmt.Errorf("fence: update %s: %w", g.Table, err)
 	}
@@ -286,16 +293,16 @@ func (g PGGuard) update(ctx context.Context, db DB, fence uint64, set, where str
 	case *seen < 0:
 		// A misconfigured column, not a stale writer: not counted as a rejection.
 		return 0, fmt.Errorf("fence: update %s: a matching row has a NULL fence, which no fence passes; make the column NOT NULL (see Migration)", g.Table)
-	case !g.admits(*seen, fence):
-		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", reject(), g.Table, *seen, fence)
-	case latest != nil && *latest >= 0 && !g.admits(*latest, fence):
-		return 0, fmt.Errorf("%w: %s stores fence %d, written while this update waited, offered %d", reject(), g.Table, *latest, fence)
+	case !g.admits(*seen, token):
+		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", rejection.Reject(), g.Table, *seen, token)
+	case latest != nil && *latest >= 0 && !g.admits(*latest, token):
+		return 0, fmt.Errorf("%w: %s stores fence %d, written while this update waited, offered %d", rejection.Reject(), g.Table, *latest, token)
 	default:
-		return 0, fmt.Errorf("%w: %s, offered fence %d", ErrConflict, g.Table, fence)
+		return 0, fmt.Errorf("%w: %s, offered fence %d", ErrConflict, g.Table, token)
 	}
 }
 
 // admits reports whether the guard admits fence against stored, a fence of 0 or more.
-func (g PGGuard) admits(stored int64, fence uint64) bool {
-	return uint64(stored) < fence || (g.Compare == AtLeast && uint64(stored) == fence)
+func (g Guard) admits(stored int64, token uint64) bool {
+	return uint64(stored) < token || (g.Compare == fence.AtLeast && uint64(stored) == token)
 }

@@ -1,4 +1,4 @@
-package fence
+package pgfence
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/pgtest"
 )
 
@@ -42,10 +43,10 @@ func pgDatabase(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-func newPGCounter(t *testing.T) (*pgxpool.Pool, *PGCounter) {
+func newCounter(t *testing.T) (*pgxpool.Pool, *Counter) {
 	t.Helper()
 	pool := pgDatabase(t)
-	c, err := NewPGCounter(pool)
+	c, err := NewCounter(pool)
 	require.NoError(t, err)
 	return pool, c
 }
@@ -56,9 +57,9 @@ func TestSchemaIdempotent(t *testing.T) {
 	ctx := t.Context()
 	_, err := pool.Exec(ctx, schemaSQL)
 	require.NoError(t, err, "schema.sql twice")
-	_, err = pool.Exec(ctx, CounterSchema)
-	require.NoError(t, err, "CounterSchema after schema.sql")
-	_, err = pool.Exec(ctx, PGGuard{Table: "inventory"}.Migration())
+	_, err = pool.Exec(ctx, Schema)
+	require.NoError(t, err, "Schema after schema.sql")
+	_, err = pool.Exec(ctx, Guard{Table: "inventory"}.Migration())
 	require.NoError(t, err, "Migration after schema.sql")
 
 	_, err = pool.Exec(ctx, "INSERT INTO quorumlock_fence VALUES ('a:1', 0)")
@@ -67,7 +68,7 @@ func TestSchemaIdempotent(t *testing.T) {
 
 func TestPGCounterMint(t *testing.T) {
 	t.Parallel()
-	pool, c := newPGCounter(t)
+	pool, c := newCounter(t)
 	ctx := t.Context()
 	for want := uint64(1); want <= 5; want++ {
 		got, err := c.Mint(ctx, "alloc:WH-01")
@@ -86,7 +87,7 @@ func TestPGCounterMint(t *testing.T) {
 // fails.
 func TestPGCounterConcurrent(t *testing.T) {
 	t.Parallel()
-	_, c := newPGCounter(t)
+	_, c := newCounter(t)
 	const workers, each = 16, 50
 	var mu sync.Mutex
 	seen := map[uint64]bool{}
@@ -114,7 +115,7 @@ func TestPGCounterConcurrent(t *testing.T) {
 
 func TestPGCounterSeed(t *testing.T) {
 	t.Parallel()
-	_, c := newPGCounter(t)
+	_, c := newCounter(t)
 	ctx := t.Context()
 	mint := func(resource string) uint64 {
 		t.Helper()
@@ -143,20 +144,20 @@ func TestPGCounterSeed(t *testing.T) {
 func TestPGCounterBadInput(t *testing.T) {
 	t.Parallel()
 	var typedNil *pgxpool.Pool
-	_, err := NewPGCounter(nil)
-	assert.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = NewPGCounter(typedNil)
-	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err := NewCounter(nil)
+	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
+	_, err = NewCounter(typedNil)
+	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
 
-	_, c := newPGCounter(t)
+	_, c := newCounter(t)
 	ctx := t.Context()
 	_, err = c.Mint(ctx, "")
-	assert.ErrorIs(t, err, ErrInvalidArgument)
-	assert.ErrorIs(t, c.Seed(ctx, "", 5), ErrInvalidArgument)
-	assert.ErrorIs(t, c.Seed(ctx, "a:1", math.MaxInt64+1), ErrInvalidArgument)
+	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Seed(ctx, "", 5), fence.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Seed(ctx, "a:1", math.MaxInt64+1), fence.ErrInvalidArgument)
 
 	// A database without the counter table.
-	bare, err := NewPGCounter(pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t))))
+	bare, err := NewCounter(pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t))))
 	require.NoError(t, err)
 	_, err = bare.Mint(ctx, "a:1")
 	require.Error(t, err)
@@ -178,15 +179,15 @@ func TestPGCounterRefusesTx(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
-	c, err := NewPGCounter(tx)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	c, err := NewCounter(tx)
+	require.ErrorIs(t, err, fence.ErrInvalidArgument)
 	assert.Nil(t, c)
 	require.NoError(t, tx.Rollback(ctx))
 
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	inBlock, err := NewPGCounter(conn)
+	inBlock, err := NewCounter(conn)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "BEGIN")
 	require.NoError(t, err)
@@ -194,7 +195,7 @@ func TestPGCounterRefusesTx(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "ROLLBACK")
 	require.NoError(t, err)
-	onPool, err := NewPGCounter(pool)
+	onPool, err := NewCounter(pool)
 	require.NoError(t, err)
 	again, err := onPool.Mint(ctx, "a:1")
 	require.NoError(t, err)
@@ -203,7 +204,7 @@ func TestPGCounterRefusesTx(t *testing.T) {
 
 func TestPGCounterContext(t *testing.T) {
 	t.Parallel()
-	pool, c := newPGCounter(t)
+	pool, c := newCounter(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := c.Mint(ctx, "a:1")
@@ -243,10 +244,10 @@ func inventory(t *testing.T) *pgxpool.Pool {
 }
 
 // row returns qty and fence of an inventory row.
-func row(t *testing.T, db DB, sku string) (qty int, fence int64) {
+func row(t *testing.T, db DB, sku string) (qty int, stored int64) {
 	t.Helper()
-	require.NoError(t, db.QueryRow(t.Context(), "SELECT qty, fence FROM inventory WHERE sku = $1", sku).Scan(&qty, &fence))
-	return qty, fence
+	require.NoError(t, db.QueryRow(t.Context(), "SELECT qty, fence FROM inventory WHERE sku = $1", sku).Scan(&qty, &stored))
+	return qty, stored
 }
 
 const (
@@ -256,11 +257,11 @@ const (
 
 // TestPGGuardStaleHolder is the incident review's scenario: the holder of fence 41 pauses past its lease,
 // the holder of fence 42 writes, and 41's late write is refused. Not parallel: it counts
-// Rejected.
+// fence.Rejected.
 func TestPGGuardStaleHolder(t *testing.T) {
 	pool := inventory(t)
 	ctx := t.Context()
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 
 	n, err := g.Update(ctx, pool, 41, setQty, whereSKU, 9, "WH-01")
 	require.NoError(t, err)
@@ -269,75 +270,75 @@ func TestPGGuardStaleHolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 
-	before := Rejected()
+	before := fence.Rejected()
 	n, err = g.Update(ctx, pool, 41, setQty, whereSKU, 7, "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected)
+	require.ErrorIs(t, err, fence.ErrFenceRejected)
 	assert.Zero(t, n)
 	assert.Contains(t, err.Error(), "stores fence 42, offered 41")
-	assert.Equal(t, before+1, Rejected())
-	qty, fence := row(t, pool, "WH-01")
+	assert.Equal(t, before+1, fence.Rejected())
+	qty, stored := row(t, pool, "WH-01")
 	assert.Equal(t, 8, qty, "the row is unchanged")
-	assert.Equal(t, int64(42), fence)
+	assert.Equal(t, int64(42), stored)
 }
 
-// TestPGGuardComparison: AtLeast admits the holder's fence again, Newer once. Not parallel: it
-// counts Rejected.
+// TestPGGuardComparison: fence.AtLeast admits the holder's fence again, fence.Newer once. Not parallel: it
+// counts fence.Rejected.
 func TestPGGuardComparison(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		compare    Comparison
+		compare    fence.Comparison
 		secondOK   bool
 		rejections uint64
 	}{
-		{"AtLeast", AtLeast, true, 0},
-		{"Newer", Newer, false, 1},
+		{"fence.AtLeast", fence.AtLeast, true, 0},
+		{"fence.Newer", fence.Newer, false, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := inventory(t)
-			g := PGGuard{Table: "inventory", Compare: tt.compare}
+			g := Guard{Table: "inventory", Compare: tt.compare}
 			_, err := g.Update(t.Context(), pool, 7, setQty, whereSKU, 1, "WH-01")
 			require.NoError(t, err)
 
-			before := Rejected()
+			before := fence.Rejected()
 			_, err = g.Update(t.Context(), pool, 7, setQty, whereSKU, 2, "WH-01")
 			qty, _ := row(t, pool, "WH-01")
 			if tt.secondOK {
 				require.NoError(t, err)
 				assert.Equal(t, 2, qty)
 			} else {
-				require.ErrorIs(t, err, ErrFenceRejected)
+				require.ErrorIs(t, err, fence.ErrFenceRejected)
 				assert.Equal(t, 1, qty)
 			}
-			assert.Equal(t, before+tt.rejections, Rejected())
+			assert.Equal(t, before+tt.rejections, fence.Rejected())
 		})
 	}
 }
 
 // TestPGGuardNoRow: a write to a row that does not exist is no rejection. Not parallel: it
-// counts Rejected.
+// counts fence.Rejected.
 func TestPGGuardNoRow(t *testing.T) {
 	pool := inventory(t)
-	before := Rejected()
-	n, err := PGGuard{Table: "inventory"}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
+	before := fence.Rejected()
+	n, err := Guard{Table: "inventory"}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
 	require.ErrorIs(t, err, ErrNoRow)
-	assert.NotErrorIs(t, err, ErrFenceRejected)
+	assert.NotErrorIs(t, err, fence.ErrFenceRejected)
 	assert.Zero(t, n)
-	assert.Equal(t, before, Rejected())
+	assert.Equal(t, before, fence.Rejected())
 }
 
 // TestPGGuardNullFence: a nullable fence column is a misconfiguration, reported as such and
-// not counted as a rejection. Not parallel: it counts Rejected.
+// not counted as a rejection. Not parallel: it counts fence.Rejected.
 func TestPGGuardNullFence(t *testing.T) {
 	pool := pgDatabase(t)
 	_, err := pool.Exec(t.Context(), "CREATE TABLE loose (id int PRIMARY KEY, v int, fence bigint); INSERT INTO loose VALUES (1, 0, NULL)")
 	require.NoError(t, err)
-	before := Rejected()
-	_, err = PGGuard{Table: "loose"}.Update(t.Context(), pool, 5, "v = $1", "id = $2", 1, 1)
+	before := fence.Rejected()
+	_, err = Guard{Table: "loose"}.Update(t.Context(), pool, 5, "v = $1", "id = $2", 1, 1)
 	require.Error(t, err)
-	assert.NotErrorIs(t, err, ErrFenceRejected)
+	assert.NotErrorIs(t, err, fence.ErrFenceRejected)
 	assert.NotErrorIs(t, err, ErrNoRow)
 	assert.Contains(t, err.Error(), "NULL")
-	assert.Equal(t, before, Rejected())
+	assert.Equal(t, before, fence.Rejected())
 }
 
 // TestPGGuardRows: the count is of rows changed, and each row is checked on its own.
@@ -347,13 +348,13 @@ func TestPGGuardRows(t *testing.T) {
 	ctx := t.Context()
 	_, err := pool.Exec(ctx, "INSERT INTO inventory VALUES ('WH-02', 10, 0), ('WH-03', 10, 9)")
 	require.NoError(t, err)
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 	n, err := g.Update(ctx, pool, 5, "qty = qty - $1", "sku LIKE $2", 1, "WH-%")
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n, "WH-03 stores fence 9")
-	qty, fence := row(t, pool, "WH-03")
+	qty, stored := row(t, pool, "WH-03")
 	assert.Equal(t, 10, qty)
-	assert.Equal(t, int64(9), fence)
+	assert.Equal(t, int64(9), stored)
 
 	// Placeholders in where only, in set only, and none at all.
 	n, err = g.Update(ctx, pool, 9, "qty = 0", "sku = $1", "WH-03")
@@ -371,17 +372,17 @@ func TestPGGuardRows(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 	_, err = g.Update(ctx, pool, 11, "qty = $1 -- restock", "sku = $2 -- one row", 60, "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected)
+	require.ErrorIs(t, err, fence.ErrFenceRejected)
 	qty, _ = row(t, pool, "WH-01")
 	assert.Equal(t, 50, qty)
 }
 
-// TestPGGuardConcurrentNewer: writers racing with the same fence under Newer: exactly one
+// TestPGGuardConcurrentNewer: writers racing with the same fence under fence.Newer: exactly one
 // wins, whichever of them waited on the row lock is refused.
 func TestPGGuardConcurrentNewer(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
-	g := PGGuard{Table: "inventory", Compare: Newer}
+	g := Guard{Table: "inventory", Compare: fence.Newer}
 	const writers = 8
 	errs := make(chan error, writers)
 	var wg sync.WaitGroup
@@ -399,11 +400,11 @@ func TestPGGuardConcurrentNewer(t *testing.T) {
 			won++
 			continue
 		}
-		assert.ErrorIs(t, err, ErrFenceRejected)
+		assert.ErrorIs(t, err, fence.ErrFenceRejected)
 	}
 	assert.Equal(t, 1, won)
-	_, fence := row(t, pool, "WH-01")
-	assert.Equal(t, int64(3), fence)
+	_, stored := row(t, pool, "WH-01")
+	assert.Equal(t, int64(3), stored)
 }
 
 // TestPGGuardIdentifiers: names are quoted, so they keep their case, may be schema-qualified,
@@ -418,7 +419,7 @@ CREATE TABLE stock (sku text PRIMARY KEY, qty int);
 INSERT INTO "Stock" VALUES ('a', 1); INSERT INTO shop.stock VALUES ('a', 1); INSERT INTO stock VALUES ('a', 1)`)
 	require.NoError(t, err)
 
-	for _, g := range []PGGuard{
+	for _, g := range []Guard{
 		{Table: "Stock"},
 		{Table: "shop.stock", FenceColumn: "Fence Token"},
 	} {
@@ -435,14 +436,14 @@ INSERT INTO "Stock" VALUES ('a', 1); INSERT INTO shop.stock VALUES ('a', 1); INS
 	var qty int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM "Stock"`).Scan(&qty))
 	assert.Equal(t, 2, qty)
-	var fence int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT qty, "Fence Token" FROM shop.stock`).Scan(&qty, &fence))
+	var stored int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT qty, "Fence Token" FROM shop.stock`).Scan(&qty, &stored))
 	assert.Equal(t, 2, qty)
-	assert.Equal(t, int64(3), fence)
+	assert.Equal(t, int64(3), stored)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM stock`).Scan(&qty))
 	assert.Equal(t, 1, qty, "public.stock is another table")
 
-	_, err = PGGuard{Table: "stock; DROP TABLE stock"}.Update(ctx, pool, 3, setQty, whereSKU, 2, "a")
+	_, err = Guard{Table: "stock; DROP TABLE stock"}.Update(ctx, pool, 3, setQty, whereSKU, 2, "a")
 	require.Error(t, err, "no such table")
 	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM stock`).Scan(&qty), "and the name ran as no SQL")
 }
@@ -452,15 +453,15 @@ func TestPGGuardTx(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx := t.Context()
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := g.Update(ctx, tx, 5, setQty, whereSKU, 4, "WH-01")
 		return err
 	}))
-	qty, fence := row(t, pool, "WH-01")
+	qty, stored := row(t, pool, "WH-01")
 	assert.Equal(t, 4, qty)
-	assert.Equal(t, int64(5), fence)
+	assert.Equal(t, int64(5), stored)
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -468,10 +469,10 @@ func TestPGGuardTx(t *testing.T) {
 	_, err = g.Update(ctx, tx, 6, setQty, whereSKU, 3, "WH-01")
 	require.NoError(t, err)
 	_, err = g.Update(ctx, tx, 5, setQty, whereSKU, 2, "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected, "the transaction's own write raised the fence")
-	qty, fence = row(t, tx, "WH-01")
+	require.ErrorIs(t, err, fence.ErrFenceRejected, "the transaction's own write raised the fence")
+	qty, stored = row(t, tx, "WH-01")
 	assert.Equal(t, 3, qty, "the transaction is still usable")
-	assert.Equal(t, int64(6), fence)
+	assert.Equal(t, int64(6), stored)
 	require.NoError(t, tx.Rollback(ctx))
 	qty, _ = row(t, pool, "WH-01")
 	assert.Equal(t, 4, qty, "rolled back")
@@ -493,28 +494,28 @@ func (u unreachable) QueryRow(context.Context, string, ...any) pgx.Row {
 func TestPGGuardInvalid(t *testing.T) {
 	t.Parallel()
 	db := unreachable{t}
-	inv := PGGuard{Table: "inventory"}
+	inv := Guard{Table: "inventory"}
 	tests := []struct {
 		name       string
-		g          PGGuard
+		g          Guard
 		db         DB
-		fence      uint64
+		stored     uint64
 		set, where string
 	}{
 		{"nil db", inv, nil, 1, setQty, whereSKU},
-		{"empty table", PGGuard{}, db, 1, setQty, whereSKU},
-		{"empty schema", PGGuard{Table: ".inventory"}, db, 1, setQty, whereSKU},
-		{"empty table after schema", PGGuard{Table: "shop."}, db, 1, setQty, whereSKU},
+		{"empty table", Guard{}, db, 1, setQty, whereSKU},
+		{"empty schema", Guard{Table: ".inventory"}, db, 1, setQty, whereSKU},
+		{"empty table after schema", Guard{Table: "shop."}, db, 1, setQty, whereSKU},
 		{"empty set", inv, db, 1, " ", whereSKU},
 		{"empty where", inv, db, 1, setQty, ""},
 		{"fence 0", inv, db, 0, setQty, whereSKU},
 		{"fence above bigint", inv, db, math.MaxInt64 + 1, setQty, whereSKU},
-		{"unknown comparison", PGGuard{Table: "inventory", Compare: Comparison(7)}, db, 1, setQty, whereSKU},
+		{"unknown comparison", Guard{Table: "inventory", Compare: fence.Comparison(7)}, db, 1, setQty, whereSKU},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := tt.g.Update(t.Context(), tt.db, tt.fence, tt.set, tt.where, 1, "WH-01")
-			assert.ErrorIs(t, err, ErrInvalidArgument)
+			n, err := tt.g.Update(t.Context(), tt.db, tt.stored, tt.set, tt.where, 1, "WH-01")
+			assert.ErrorIs(t, err, fence.ErrInvalidArgument)
 			assert.Zero(t, n)
 		})
 	}
@@ -523,9 +524,9 @@ func TestPGGuardInvalid(t *testing.T) {
 func TestPGGuardMigration(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, `ALTER TABLE "inventory" ADD COLUMN IF NOT EXISTS "fence" bigint NOT NULL DEFAULT 0`,
-		PGGuard{Table: "inventory"}.Migration())
+		Guard{Table: "inventory"}.Migration())
 	assert.Equal(t, `ALTER TABLE "shop"."Stock" ADD COLUMN IF NOT EXISTS "f""x" bigint NOT NULL DEFAULT 0`,
-		PGGuard{Table: "shop.Stock", FenceColumn: `f"x`}.Migration())
+		Guard{Table: "shop.Stock", FenceColumn: `f"x`}.Migration())
 }
 
 func TestPGGuardContext(t *testing.T) {
@@ -533,31 +534,31 @@ func TestPGGuardContext(t *testing.T) {
 	pool := inventory(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := PGGuard{Table: "inventory"}.Update(ctx, pool, 1, setQty, whereSKU, 1, "WH-01")
+	_, err := Guard{Table: "inventory"}.Update(ctx, pool, 1, setQty, whereSKU, 1, "WH-01")
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
 
 // TestPGGuardClaim: a claim raises the row's fence before the new holder
 // reads, so the stale holder's write that lands after it is refused although
-// the new holder has not written yet. Not parallel: it counts Rejected.
+// the new holder has not written yet. Not parallel: it counts fence.Rejected.
 func TestPGGuardClaim(t *testing.T) {
 	pool := inventory(t)
 	ctx := t.Context()
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 
 	n, err := g.Claim(ctx, pool, 42, "sku = $1", "WH-01")
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
-	qty, fence := row(t, pool, "WH-01")
+	qty, stored := row(t, pool, "WH-01")
 	assert.Equal(t, 10, qty, "a claim changes nothing but the fence")
-	assert.Equal(t, int64(42), fence)
+	assert.Equal(t, int64(42), stored)
 
-	before := Rejected()
+	before := fence.Rejected()
 	_, err = g.Update(ctx, pool, 41, setQty, whereSKU, 1, "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected, "the stale write after the claim")
+	require.ErrorIs(t, err, fence.ErrFenceRejected, "the stale write after the claim")
 	_, err = g.Claim(ctx, pool, 41, "sku = $1", "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected, "a stale claim")
-	assert.Equal(t, before+2, Rejected())
+	require.ErrorIs(t, err, fence.ErrFenceRejected, "a stale claim")
+	assert.Equal(t, before+2, fence.Rejected())
 
 	_, err = g.Update(ctx, pool, 42, setQty, whereSKU, 9, "WH-01")
 	require.NoError(t, err, "the claimant writes with its own fence")
@@ -566,10 +567,10 @@ func TestPGGuardClaim(t *testing.T) {
 
 	_, err = g.Claim(ctx, pool, 43, "sku = $1", "WH-99")
 	assert.ErrorIs(t, err, ErrNoRow)
-	_, err = PGGuard{Table: "inventory", Compare: Newer}.Claim(ctx, pool, 50, "sku = $1", "WH-01")
-	assert.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = Guard{Table: "inventory", Compare: fence.Newer}.Claim(ctx, pool, 50, "sku = $1", "WH-01")
+	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
 	_, err = g.Claim(ctx, pool, 50, " ", "WH-01")
-	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
 }
 
 // waitForLockWaiter returns once a session of the test's database waits for
@@ -588,13 +589,13 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 // update waits for it. Only a newer fence stored by that transaction is a
 // rejection; a row that no longer matches, or is gone, is a conflict to
 // retry, not counted; a change that keeps the row matching and admits the
-// fence lets the update through. Not parallel: it counts Rejected.
+// fence lets the update through. Not parallel: it counts fence.Rejected.
 func TestPGGuardConcurrentChange(t *testing.T) {
 	const (
 		take  = "qty = qty - $1"
 		where = "sku = $2 AND qty >= $1"
 	)
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 	tests := []struct {
 		name     string
 		change   func(ctx context.Context, tx pgx.Tx) error
@@ -615,7 +616,7 @@ func TestPGGuardConcurrentChange(t *testing.T) {
 		{"newer fence", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := g.Update(ctx, tx, 8, take, where, 1, "WH-01")
 			return err
-		}, ErrFenceRejected, ErrFenceRejected, 2, 9, "stores fence 8, written while this update waited"},
+		}, fence.ErrFenceRejected, fence.ErrFenceRejected, 2, 9, "stores fence 8, written while this update waited"},
 		{"still matches, same fence", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := g.Update(ctx, tx, 7, take, where, 1, "WH-01")
 			return err
@@ -630,7 +631,7 @@ func TestPGGuardConcurrentChange(t *testing.T) {
 			defer tx.Rollback(context.Background())
 			require.NoError(t, tt.change(ctx, tx))
 
-			before := Rejected()
+			before := fence.Rejected()
 			done := make(chan error, 1)
 			go func() {
 				_, err := g.Update(ctx, pool, 7, take, where, 5, "WH-01")
@@ -650,11 +651,11 @@ func TestPGGuardConcurrentChange(t *testing.T) {
 				assert.Contains(t, err.Error(), tt.msg)
 			}
 			if tt.want == ErrConflict {
-				assert.NotErrorIs(t, err, ErrFenceRejected)
+				assert.NotErrorIs(t, err, fence.ErrFenceRejected)
 			}
 			_, err = g.Update(ctx, pool, 7, take, where, 5, "WH-01")
 			require.ErrorIs(t, err, tt.retry, "the retry")
-			assert.Equal(t, before+tt.rejected, Rejected())
+			assert.Equal(t, before+tt.rejected, fence.Rejected())
 			var qty int
 			err = pool.QueryRow(ctx, "SELECT qty FROM inventory WHERE sku = 'WH-01'").Scan(&qty)
 			if tt.qty < 0 {
@@ -676,22 +677,22 @@ func TestPGGuardNeverLowersFence(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx := t.Context()
-	g := PGGuard{Table: "inventory"}
+	g := Guard{Table: "inventory"}
 	_, err := g.Update(ctx, pool, 42, setQty, whereSKU, 9, "WH-01")
 	require.NoError(t, err)
 
 	n, err := g.Update(ctx, pool, 41, setQty, "sku = $2) OR (false", 8, "WH-01")
 	require.NoError(t, err, "the escaped WHERE matched without the fence check")
 	assert.Equal(t, int64(1), n)
-	qty, fence := row(t, pool, "WH-01")
+	qty, stored := row(t, pool, "WH-01")
 	assert.Equal(t, 8, qty, "the stale write landed: the fragment escaped the check")
-	assert.Equal(t, int64(42), fence, "the stored fence did not go down")
+	assert.Equal(t, int64(42), stored, "the stored fence did not go down")
 	_, err = g.Update(ctx, pool, 41, setQty, whereSKU, 7, "WH-01")
-	require.ErrorIs(t, err, ErrFenceRejected, "later stale writers stay refused")
+	require.ErrorIs(t, err, fence.ErrFenceRejected, "later stale writers stay refused")
 
 	_, err = g.Update(ctx, pool, 43, "qty = $1, fence = 0", whereSKU, 6, "WH-01")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "multiple assignments")
-	_, fence = row(t, pool, "WH-01")
-	assert.Equal(t, int64(42), fence)
+	_, stored = row(t, pool, "WH-01")
+	assert.Equal(t, int64(42), stored)
 }
