@@ -1,4 +1,7 @@
-package bench
+// Package output writes a [report.Report] as a text table, one JSON object
+// or CSV rows; the CSV columns are [CSVColumns], listed in redlock-bench's
+// manual.
+package output
 
 import (
 	"encoding/csv"
@@ -13,6 +16,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"quorumlock.dev/internal/report"
 )
 
 // Formats lists the output formats Write accepts, in the order a -format
@@ -21,7 +26,7 @@ var Formats = []string{"text", "json", "csv"}
 
 // ErrFormat reports an output format (or plot file extension) that this
 // package cannot write. It is wrapped together with the offending name.
-var ErrFormat = errors.New("bench: unknown output format")
+var ErrFormat = errors.New("output: unknown output format")
 
 // Write writes r to w in format, one of [Formats]:
 //
@@ -33,7 +38,7 @@ var ErrFormat = errors.New("bench: unknown output format")
 //     per row, with floats in the shortest form that reads back exactly.
 //
 // An unknown format writes nothing and returns an error wrapping [ErrFormat].
-func Write(w io.Writer, r *Report, format string) error {
+func Write(w io.Writer, r *report.Report, format string) error {
 	switch format {
 	case "text":
 		return writeText(w, r)
@@ -45,32 +50,19 @@ func Write(w io.Writer, r *Report, format string) error {
 	return fmt.Errorf("%w %q (want one of %s)", ErrFormat, format, strings.Join(Formats, ", "))
 }
 
-// ReadJSON parses a report written by Write in the "json" format.
-func ReadJSON(r io.Reader) (*Report, error) {
-	var rep Report
-	dec := json.NewDecoder(r)
-	// A misspelt field would otherwise read as zero and skew whatever is
-	// computed from the file afterwards.
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
-		return nil, fmt.Errorf("bench: read json report: %w", err)
-	}
-	return &rep, nil
-}
-
-func writeJSON(w io.Writer, r *Report) error {
+func writeJSON(w io.Writer, r *report.Report) error {
 	out := *r
 	// jq '.results[]' fails on null; an empty run should still iterate.
 	if out.Results == nil {
-		out.Results = []Row{}
+		out.Results = []report.Row{}
 	}
 	if out.Servers == nil {
-		out.Servers = []ServerInfo{}
+		out.Servers = []report.ServerInfo{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(&out); err != nil {
-		return fmt.Errorf("bench: write json report: %w", err)
+		return fmt.Errorf("output: write json report: %w", err)
 	}
 	return nil
 }
@@ -83,18 +75,18 @@ type rowCodec struct {
 }
 
 var csvCodec = sync.OnceValue(func() rowCodec {
-	t := reflect.TypeFor[Row]()
+	t := reflect.TypeFor[report.Row]()
 	var c rowCodec
 	for f := range t.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "" || name == "-" {
-			panic("bench: Row field " + f.Name + " has no json name for its CSV column")
+			panic("output: Row field " + f.Name + " has no json name for its CSV column")
 		}
 		switch k := f.Type.Kind(); k {
 		case reflect.String, reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
 			c.kinds = append(c.kinds, k)
 		default:
-			panic("bench: Row field " + f.Name + " has kind " + k.String() + ", which the CSV codec does not handle")
+			panic("output: Row field " + f.Name + " has kind " + k.String() + ", which the CSV codec does not handle")
 		}
 		c.columns = append(c.columns, name)
 	}
@@ -102,16 +94,16 @@ var csvCodec = sync.OnceValue(func() rowCodec {
 })
 
 // CSVColumns returns the CSV header that Write uses: the json names of
-// [Row]'s fields, in field order. The slice is the caller's to keep.
+// [report.Row]'s fields, in field order. The slice is the caller's to keep.
 func CSVColumns() []string {
 	return slices.Clone(csvCodec().columns)
 }
 
-func writeCSV(w io.Writer, rows []Row) error {
+func writeCSV(w io.Writer, rows []report.Row) error {
 	c := csvCodec()
 	cw := csv.NewWriter(w)
 	if err := cw.Write(c.columns); err != nil {
-		return fmt.Errorf("bench: write csv: %w", err)
+		return fmt.Errorf("output: write csv: %w", err)
 	}
 	record := make([]string, len(c.columns))
 	for _, row := range rows {
@@ -130,77 +122,12 @@ func writeCSV(w io.Writer, rows []Row) error {
 			}
 		}
 		if err := cw.Write(record); err != nil {
-			return fmt.Errorf("bench: write csv: %w", err)
+			return fmt.Errorf("output: write csv: %w", err)
 		}
 	}
 	cw.Flush()
 	if err := cw.Error(); err != nil {
-		return fmt.Errorf("bench: write csv: %w", err)
-	}
-	return nil
-}
-
-// ReadCSV parses rows written by Write in the "csv" format. The header must
-// equal [CSVColumns] exactly: a file from an older or newer Row would
-// otherwise put values in the wrong fields without a word.
-func ReadCSV(r io.Reader) ([]Row, error) {
-	c := csvCodec()
-	cr := csv.NewReader(r)
-	cr.ReuseRecord = true
-	header, err := cr.Read()
-	if err == io.EOF {
-		return nil, errors.New("bench: read csv: empty input, want a header line")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("bench: read csv: %w", err)
-	}
-	if !slices.Equal(header, c.columns) {
-		return nil, fmt.Errorf("bench: read csv: header %q does not match the columns of this version %q",
-			strings.Join(header, ","), strings.Join(c.columns, ","))
-	}
-	rows := []Row{}
-	for {
-		record, err := cr.Read()
-		if err == io.EOF {
-			return rows, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: read csv: %w", err)
-		}
-		line, _ := cr.FieldPos(0)
-		var row Row
-		v := reflect.ValueOf(&row).Elem()
-		for i, k := range c.kinds {
-			if err := setField(v.Field(i), k, record[i]); err != nil {
-				return nil, fmt.Errorf("bench: read csv: line %d, column %s: %w", line, c.columns[i], err)
-			}
-		}
-		rows = append(rows, row)
-	}
-}
-
-func setField(f reflect.Value, k reflect.Kind, s string) error {
-	switch k {
-	case reflect.String:
-		f.SetString(s)
-	case reflect.Int, reflect.Int64:
-		n, err := strconv.ParseInt(s, 10, f.Type().Bits())
-		if err != nil {
-			return err
-		}
-		f.SetInt(n)
-	case reflect.Float64:
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return err
-		}
-		f.SetFloat(x)
-	case reflect.Bool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return err
-		}
-		f.SetBool(b)
+		return fmt.Errorf("output: write csv: %w", err)
 	}
 	return nil
 }
@@ -221,7 +148,7 @@ func (s *stickyWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func writeText(w io.Writer, r *Report) error {
+func writeText(w io.Writer, r *report.Report) error {
 	sw := &stickyWriter{w: w}
 	tw := tabwriter.NewWriter(sw, 0, 0, 2, ' ', 0)
 
@@ -242,10 +169,10 @@ func writeText(w io.Writer, r *Report) error {
 		per = strconv.FormatInt(c.Cycles, 10) + " cycles per row"
 	}
 	fmt.Fprintf(tw, "config: scenario %s, masters %d, ttl %s, node timeout %s, hold %s, keys %d, fence %t, rounds %d, %s\n\n",
-		c.Scenario, c.Masters, fmtMillis(c.TTLms), fmtMillis(c.NodeTimeout), fmtMillis(c.HoldMs), c.Keys, c.Fence, c.Rounds, per)
+		c.Scenario, c.Masters, report.Duration(c.TTLms), report.Duration(c.NodeTimeout), report.Duration(c.HoldMs), c.Keys, c.Fence, c.Rounds, per)
 
 	fmt.Fprintln(tw, "scenario\tvariant\tc\tkeys\tops/s\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tcycle p50 µs\tacquired\tcontended\tunavailable\terrors\tallocs/op\tCPU s\tp50 ratio")
-	for i, label := range rowLabels(r.Results, false) {
+	for i, label := range report.Labels(r.Results, false) {
 		row := r.Results[i]
 		// A ratio of 0 means the row it names measured nothing, not that
 		// this row was infinitely fast.
@@ -265,10 +192,10 @@ func writeText(w io.Writer, r *Report) error {
 			row.AllocsPerOp, row.CPUSeconds, ratio)
 	}
 	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("bench: write text report: %w", err)
+		return fmt.Errorf("output: write text report: %w", err)
 	}
 	if sw.err != nil {
-		return fmt.Errorf("bench: write text report: %w", sw.err)
+		return fmt.Errorf("output: write text report: %w", sw.err)
 	}
 	return nil
 }
@@ -296,86 +223,9 @@ func fmtRate(opsPerSec float64) string {
 	return strconv.FormatFloat(opsPerSec, 'f', 0, 64)
 }
 
-// fmtMillis and fmtSeconds print the report's float durations the way the CLI's
-// flags take them (-ttl 30s), so a header can be pasted back as flags.
-func fmtMillis(v float64) string {
-	return time.Duration(v * float64(time.Millisecond)).String()
-}
-
+// fmtSeconds prints the report's float seconds the way the CLI's flags take
+// them (-d 2s), as report.Duration does milliseconds, so a header can be
+// pasted back as flags.
 func fmtSeconds(v float64) string {
 	return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
-}
-
-// rowLabels names each row for a table or chart. The variant itself (mode,
-// masters, the slow master's delay, dead masters) is always named; fence and
-// hold only when they differ between rows, since otherwise the header says
-// them once. With load set, concurrency and keys are named the same way on a
-// second line, for the chart, where they have no column of their own and a
-// one-line label would not fit under its bars; equal labels then get "#2",
-// "#3" so that no two bar groups look like one variant.
-func rowLabels(rows []Row, load bool) []string {
-	varies := func(f func(Row) string) bool {
-		for _, r := range rows {
-			if f(r) != f(rows[0]) {
-				return true
-			}
-		}
-		return false
-	}
-	fence := func(r Row) string {
-		if r.Fence {
-			return "fenced"
-		}
-		return "unfenced"
-	}
-	hold := func(r Row) string { return "hold " + fmtMillis(r.HoldMs) }
-	conc := func(r Row) string { return "c=" + strconv.Itoa(r.Concurrency) }
-	keys := func(r Row) string { return "k=" + strconv.Itoa(r.Keys) }
-	var extras, loads []func(Row) string
-	for _, f := range []func(Row) string{fence, hold} {
-		if varies(f) {
-			extras = append(extras, f)
-		}
-	}
-	if load {
-		for _, f := range []func(Row) string{conc, keys} {
-			if varies(f) {
-				loads = append(loads, f)
-			}
-		}
-	}
-
-	labels := make([]string, len(rows))
-	seen := map[string]int{}
-	for i, r := range rows {
-		parts := []string{"single"}
-		if r.Mode != "single" {
-			parts = []string{r.Mode, strconv.Itoa(r.Masters) + "m"}
-		}
-		if r.DelayMs > 0 {
-			parts = append(parts, "+"+fmtMillis(r.DelayMs))
-		}
-		if r.Dead > 0 {
-			parts = append(parts, strconv.Itoa(r.Dead)+" dead")
-		}
-		for _, f := range extras {
-			parts = append(parts, f(r))
-		}
-		label := strings.Join(parts, " ")
-		if len(loads) > 0 {
-			parts = parts[:0]
-			for _, f := range loads {
-				parts = append(parts, f(r))
-			}
-			label += "\n" + strings.Join(parts, " ")
-		}
-		if load {
-			seen[label]++
-			if n := seen[label]; n > 1 {
-				label += " #" + strconv.Itoa(n)
-			}
-		}
-		labels[i] = label
-	}
-	return labels
 }

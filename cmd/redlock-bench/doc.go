@@ -1,8 +1,17 @@
-// Package bench is the benchmark behind cmd/redlock-bench: it measures the
-// redlock client over N masters against its single-instance mode (the same
-// client over one master), side by side in one run, and reports latency
-// percentiles, throughput, outcomes, allocations and CPU per row. It does
-// not tune anything to look good: every figure is what the run measured.
+// Command redlock-bench measures the redlock client over N masters against
+// its single-instance mode (the same client over one master), side by side
+// in one run, and reports latency percentiles, throughput, outcomes,
+// allocations and CPU per row. It does not tune anything to look good: every
+// figure is what the run measured.
+//
+// # Usage
+//
+//	redlock-bench [flags]           the benchmark below
+//	redlock-bench fencing [flags]   the fence's duplicate-write benchmark
+//
+// `redlock-bench -h` and `redlock-bench fencing -h` list every flag with its
+// default. Exit status 0 means success, 1 a failed run (a server could not
+// be reached, a write failed), 2 bad flags.
 //
 // # Servers
 //
@@ -72,4 +81,4 @@
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
 // backend they include the in-process servers.
-package bench
+package main

@@ -1,6 +1,13 @@
-package bench
+// Package report is the model of what a redlock-bench run measured: a
+// [Report] with one flat [Row] per variant and concurrency. Writing it as
+// text, JSON or CSV is package output's job; drawing it, package plot's.
+package report
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Report is the result of one run: what was measured on what, and one row
 // per measured variant.
@@ -76,3 +83,84 @@ type Row struct {
 	RatioOf  string  `json:"ratio_of"`
 	RatioP50 float64 `json:"ratio_p50"`
 }
+
+// Labels names each row for a table or chart. The variant itself (mode,
+// masters, the slow master's delay, dead masters) is always named; fence and
+// hold only when they differ between rows, since otherwise the header says
+// them once. With load set, concurrency and keys are named the same way on a
+// second line, for the chart, where they have no column of their own and a
+// one-line label would not fit under its bars; equal labels then get "#2",
+// "#3" so that no two bar groups look like one variant.
+func Labels(rows []Row, load bool) []string {
+	varies := func(f func(Row) string) bool {
+		for _, r := range rows {
+			if f(r) != f(rows[0]) {
+				return true
+			}
+		}
+		return false
+	}
+	fence := func(r Row) string {
+		if r.Fence {
+			return "fenced"
+		}
+		return "unfenced"
+	}
+	hold := func(r Row) string { return "hold " + Duration(r.HoldMs).String() }
+	conc := func(r Row) string { return "c=" + strconv.Itoa(r.Concurrency) }
+	keys := func(r Row) string { return "k=" + strconv.Itoa(r.Keys) }
+	var extras, loads []func(Row) string
+	for _, f := range []func(Row) string{fence, hold} {
+		if varies(f) {
+			extras = append(extras, f)
+		}
+	}
+	if load {
+		for _, f := range []func(Row) string{conc, keys} {
+			if varies(f) {
+				loads = append(loads, f)
+			}
+		}
+	}
+
+	labels := make([]string, len(rows))
+	seen := map[string]int{}
+	for i, r := range rows {
+		parts := []string{"single"}
+		if r.Mode != "single" {
+			parts = []string{r.Mode, strconv.Itoa(r.Masters) + "m"}
+		}
+		if r.DelayMs > 0 {
+			parts = append(parts, "+"+Duration(r.DelayMs).String())
+		}
+		if r.Dead > 0 {
+			parts = append(parts, strconv.Itoa(r.Dead)+" dead")
+		}
+		for _, f := range extras {
+			parts = append(parts, f(r))
+		}
+		label := strings.Join(parts, " ")
+		if len(loads) > 0 {
+			parts = parts[:0]
+			for _, f := range loads {
+				parts = append(parts, f(r))
+			}
+			label += "\n" + strings.Join(parts, " ")
+		}
+		if load {
+			seen[label]++
+			if n := seen[label]; n > 1 {
+				label += " #" + strconv.Itoa(n)
+			}
+		}
+		labels[i] = label
+	}
+	return labels
+}
+
+// Milliseconds and Duration convert between the report's float milliseconds
+// and the time.Duration the CLI's flags take.
+func Milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Duration is the inverse of [Milliseconds].
+func Duration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
