@@ -110,6 +110,7 @@ func TestBadFlags(t *testing.T) {
 func TestEmbeddedRun(t *testing.T) {
 	rep := runJSON(t, "-d", "200ms", "-c", "1,4", "-rounds", "2")
 	assert.Equal(t, "embedded", rep.Backend)
+	assert.True(t, rep.ServersInProcess, "allocs/op counts miniredis too, and the report must say so")
 	assert.Len(t, rep.Servers, 7)
 	require.Len(t, rep.Results, 4)
 	for _, r := range rep.Results {
@@ -225,6 +226,7 @@ func TestRedisServerBackend(t *testing.T) {
 	redistest.Need(t)
 	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3")
 	assert.Equal(t, "redis-server", rep.Backend)
+	assert.False(t, rep.ServersInProcess)
 	require.Len(t, rep.Servers, 5)
 	for _, s := range rep.Servers {
 		assert.Regexp(t, `^\d+\.`, s.Version)

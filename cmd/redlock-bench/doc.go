@@ -46,8 +46,8 @@
 // # Output
 //
 // -o text prints a table; -o json prints one object with the run's backend,
-// servers, config and a results array of rows; -o csv prints one header line
-// and one line per row. The row fields (JSON keys and CSV columns, in order):
+// servers_in_process, servers, config and a results array of rows; -o csv
+// prints one header line and one line per row. The row fields (JSON keys and CSV columns, in order):
 //
 //	mode             redlock or single
 //	variant          names the row in its scenario: single, redlock,
@@ -80,5 +80,8 @@
 //	ratio_p50        acquire_p50_us over that row's
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
-// backend they include the in-process servers.
+// backend they include the in-process servers, most of the count, so the
+// JSON says servers_in_process true and the text table says so in a header
+// line and in the two columns' names. The client cannot be measured apart
+// there: the runtime counts allocations per process, not per goroutine.
 package main

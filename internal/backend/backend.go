@@ -78,6 +78,9 @@ type Config struct {
 type Env struct {
 	// Backend is the kind the servers came from.
 	Backend string
+	// InProcess reports servers that run in this process (Kind "embedded"):
+	// the process's allocations and CPU are theirs as well as the client's.
+	InProcess bool
 	// Masters holds exactly Config.Masters distinct addresses.
 	Masters []string
 	// Single is the server of the single-instance mode. Except for Kind "addrs" it is not
@@ -116,6 +119,7 @@ func Open(ctx context.Context, bc Config) (*Env, error) {
 	e := &Env{Backend: kind, Prefix: prefix}
 	switch kind {
 	case kindEmbedded:
+		e.InProcess = true
 		err = e.openEmbedded(ctx, bc.Masters)
 	case kindRedisServer:
 		err = e.openRedisServer(ctx, bc.Masters)

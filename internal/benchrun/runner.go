@@ -125,12 +125,13 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	}
 
 	rep := &report.Report{
-		Backend:    env.Backend,
-		Servers:    env.Servers,
-		Started:    time.Now().UTC(),
-		GoMaxProcs: runtime.GOMAXPROCS(0),
-		GoVersion:  runtime.Version(),
-		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
+		Backend:          env.Backend,
+		ServersInProcess: env.InProcess,
+		Servers:          env.Servers,
+		Started:          time.Now().UTC(),
+		GoMaxProcs:       runtime.GOMAXPROCS(0),
+		GoVersion:        runtime.Version(),
+		Platform:         runtime.GOOS + "/" + runtime.GOARCH,
 		Config: report.ConfigEcho{
 			Scenario: cfg.Scenario, Masters: cfg.Masters, TTLms: report.Milliseconds(cfg.TTL), NodeTimeout: report.Milliseconds(cfg.NodeTimeout),
 			HoldMs: report.Milliseconds(cfg.Hold), Keys: cfg.Keys, Fence: cfg.Fence, Rounds: cfg.Rounds,

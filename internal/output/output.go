@@ -152,8 +152,16 @@ func writeText(w io.Writer, r *report.Report) error {
 	sw := &stickyWriter{w: w}
 	tw := tabwriter.NewWriter(sw, 0, 0, 2, ' ', 0)
 
-	fmt.Fprintf(tw, "backend: %s, started %s, elapsed %s, GOMAXPROCS %d\n\n",
+	fmt.Fprintf(tw, "backend: %s, started %s, elapsed %s, GOMAXPROCS %d\n",
 		r.Backend, r.Started.Format(time.RFC3339), fmtSeconds(r.Elapsed), r.GoMaxProcs)
+	// On the embedded backend the servers share the process: its allocations
+	// and CPU are not the client's alone, and the columns must not read so.
+	process := ""
+	if r.ServersInProcess {
+		process = " (client + servers)"
+		fmt.Fprintln(tw, "allocs/op and CPU s count the in-process servers too, not the client alone")
+	}
+	fmt.Fprintln(tw)
 
 	if len(r.Servers) > 0 {
 		fmt.Fprintln(tw, "role\taddr\tversion")
@@ -171,7 +179,8 @@ func writeText(w io.Writer, r *report.Report) error {
 	fmt.Fprintf(tw, "config: scenario %s, masters %d, ttl %s, node timeout %s, hold %s, keys %d, fence %t, rounds %d, %s\n\n",
 		c.Scenario, c.Masters, report.Duration(c.TTLms), report.Duration(c.NodeTimeout), report.Duration(c.HoldMs), c.Keys, c.Fence, c.Rounds, per)
 
-	fmt.Fprintln(tw, "scenario\tvariant\tc\tkeys\tops/s\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tcycle p50 µs\tacquired\tcontended\tunavailable\terrors\tallocs/op\tCPU s\tp50 ratio")
+	fmt.Fprintf(tw, "scenario\tvariant\tc\tkeys\tops/s\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tcycle p50 µs\tacquired\tcontended\tunavailable\terrors\tallocs/op%s\tCPU s%s\tp50 ratio\n",
+		process, process)
 	for i, label := range report.Labels(r.Results, false) {
 		row := r.Results[i]
 		// A ratio of 0 means the row it names measured nothing, not that

@@ -46,6 +46,23 @@ func TestWriteText(t *testing.T) {
 	assert.Contains(t, rows[0], "38.4")
 }
 
+// TestWriteTextServersInProcess: on the embedded backend the table does not
+// pass the process's allocations off as the client's.
+func TestWriteTextServersInProcess(t *testing.T) {
+	rep := reporttest.Realistic()
+	var out bytes.Buffer
+	require.NoError(t, output.Write(&out, rep, "text"))
+	assert.NotContains(t, out.String(), "in-process servers")
+	assert.NotContains(t, out.String(), "client + servers")
+
+	rep.Backend, rep.ServersInProcess = "embedded", true
+	out.Reset()
+	require.NoError(t, output.Write(&out, rep, "text"))
+	assert.Contains(t, out.String(), "allocs/op and CPU s count the in-process servers too")
+	assert.Contains(t, out.String(), "allocs/op (client + servers)")
+	assert.Contains(t, out.String(), "CPU s (client + servers)")
+}
+
 func TestWriteTextEmpty(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, output.Write(&out, &report.Report{Backend: "embedded"}, "text"))

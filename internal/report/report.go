@@ -12,15 +12,19 @@ import (
 // Report is the result of one run: what was measured on what, and one row
 // per measured variant.
 type Report struct {
-	Backend    string       `json:"backend"` // embedded, redis-server or addrs
-	Servers    []ServerInfo `json:"servers"` // every server the run used, with its version
-	Started    time.Time    `json:"started"` // wall clock at the start of the run
-	Elapsed    float64      `json:"elapsed_s"`
-	GoMaxProcs int          `json:"gomaxprocs"`
-	GoVersion  string       `json:"go_version"`
-	Platform   string       `json:"platform"` // GOOS/GOARCH
-	Config     ConfigEcho   `json:"config"`
-	Results    []Row        `json:"results"`
+	Backend string `json:"backend"` // embedded, redis-server or addrs
+	// ServersInProcess is true when the servers ran in the measuring process
+	// (the embedded backend): every row's allocs_per_op and cpu_seconds then
+	// count the servers' work too, not the client's alone.
+	ServersInProcess bool         `json:"servers_in_process"`
+	Servers          []ServerInfo `json:"servers"` // every server the run used, with its version
+	Started          time.Time    `json:"started"` // wall clock at the start of the run
+	Elapsed          float64      `json:"elapsed_s"`
+	GoMaxProcs       int          `json:"gomaxprocs"`
+	GoVersion        string       `json:"go_version"`
+	Platform         string       `json:"platform"` // GOOS/GOARCH
+	Config           ConfigEcho   `json:"config"`
+	Results          []Row        `json:"results"`
 }
 
 // ServerInfo names one server of the run.
@@ -75,8 +79,8 @@ type Row struct {
 	Unavailable int64 `json:"unavailable"` // ErrQuorumUnavailable or ErrFenceUnavailable
 	Errors      int64 `json:"errors"`      // anything else, Unlock failures included
 
-	AllocsPerOp float64 `json:"allocs_per_op"` // heap allocations of the whole process per attempt
-	CPUSeconds  float64 `json:"cpu_seconds"`   // user+system CPU of the whole process
+	AllocsPerOp float64 `json:"allocs_per_op"` // heap allocations of the whole process per attempt; see Report.ServersInProcess
+	CPUSeconds  float64 `json:"cpu_seconds"`   // user+system CPU of the whole process; likewise
 
 	// RatioP50 is this row's acquire p50 over the p50 of the row named by
 	// RatioOf, measured in the same run ("" and 0 when there is none).
