@@ -28,16 +28,10 @@ var Formats = []string{"text", "json", "csv"}
 // package cannot write. It is wrapped together with the offending name.
 var ErrFormat = errors.New("output: unknown output format")
 
-// Write writes r to w in format, one of [Formats]:
-//
-//   - "text" is for people: a header with the backend, the servers and the
-//     run's settings, then one aligned table with a line per row.
-//   - "json" is one indented object carrying the whole [Report], so that a
-//     result file stands alone; "results" is always an array.
-//   - "csv" carries the rows only: a header of [CSVColumns], then one line
-//     per row, with floats in the shortest form that reads back exactly.
-//
-// An unknown format writes nothing and returns an error wrapping [ErrFormat].
+// Write writes r to w in format, one of [Formats]: "text", a header and an
+// aligned table for people; "json", the whole report as one indented object;
+// "csv", the rows alone under a header of [CSVColumns]. An unknown format
+// writes nothing and returns an error wrapping [ErrFormat].
 func Write(w io.Writer, r *report.Report, format string) error {
 	switch format {
 	case "text":

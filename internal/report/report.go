@@ -88,14 +88,11 @@ type Row struct {
 	RatioP50 float64 `json:"ratio_p50"`
 }
 
-// Labels names each row for a table or chart. The variant itself (mode,
-// masters, the slow master's delay, dead masters) is always named; fence and
-// hold only when they differ between rows, since otherwise the header says
-// them once. With load set, concurrency and keys are named the same way on a
-// second line, for the chart, where they have no column of their own and a
-// one-line label would not fit under its bars; equal labels then get "#2",
-// "#3" so that no two bar groups look like one variant.
-func Labels(rows []Row, load bool) []string {
+// Labels names each row for a table (chart false) or a chart: the variant
+// always, fence and hold only where rows differ. For a chart, concurrency
+// and keys that differ go on a second line, and equal labels get "#2", "#3"
+// so that no two bar groups look like one variant.
+func Labels(rows []Row, chart bool) []string {
 	varies := func(f func(Row) string) bool {
 		for _, r := range rows {
 			if f(r) != f(rows[0]) {
@@ -119,7 +116,7 @@ func Labels(rows []Row, load bool) []string {
 			extras = append(extras, f)
 		}
 	}
-	if load {
+	if chart {
 		for _, f := range []func(Row) string{conc, keys} {
 			if varies(f) {
 				loads = append(loads, f)
@@ -151,7 +148,7 @@ func Labels(rows []Row, load bool) []string {
 			}
 			label += "\n" + strings.Join(parts, " ")
 		}
-		if load {
+		if chart {
 			seen[label]++
 			if n := seen[label]; n > 1 {
 				label += " #" + strconv.Itoa(n)
