@@ -1,8 +1,3 @@
-// Command redlock-bench measures the Redlock client against its
-// single-instance mode, side by side in one run, on embedded, started or
-// existing Redis servers. See the package quorumlock.dev/internal/bench for
-// the flags, the scenarios and the output columns; `redlock-bench -h` lists
-// the flags.
 package main
 
 import (
@@ -12,8 +7,6 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-
-	"quorumlock.dev/internal/bench"
 )
 
 func main() {
@@ -23,7 +16,7 @@ func main() {
 	// Ctrl-C ends the measuring; the servers the run started are still
 	// stopped before the command exits.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := bench.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

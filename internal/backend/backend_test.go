@@ -1,4 +1,4 @@
-package bench
+package backend
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/report"
 )
 
 // pingAddr sends PING on a fresh connection, so that a closed server fails at once instead
@@ -31,7 +32,7 @@ func pingAddr(addr string) error {
 	return c.Ping(context.Background()).Err()
 }
 
-func rolesOf(servers []ServerInfo) map[string]int {
+func rolesOf(servers []report.ServerInfo) map[string]int {
 	roles := map[string]int{}
 	for _, s := range servers {
 		roles[s.Role]++
@@ -56,7 +57,7 @@ var prefixPattern = regexp.MustCompile(`^redlock-bench-[0-9a-f]{8}$`)
 func TestOpenEmbedded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	e, err := Open(ctx, BackendConfig{Masters: 5})
+	e, err := Open(ctx, Config{Masters: 5})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 
@@ -80,10 +81,10 @@ func TestOpenEmbedded(t *testing.T) {
 
 func TestOpenEmbeddedPrefixesDiffer(t *testing.T) {
 	t.Parallel()
-	a, err := Open(t.Context(), BackendConfig{Masters: 1})
+	a, err := Open(t.Context(), Config{Masters: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
-	b, err := Open(t.Context(), BackendConfig{Kind: "embedded", Masters: 1})
+	b, err := Open(t.Context(), Config{Kind: "embedded", Masters: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
 	assert.NotEqual(t, a.Prefix, b.Prefix)
@@ -93,7 +94,7 @@ func TestOpenRedisServer(t *testing.T) {
 	t.Parallel()
 	redistest.Need(t)
 	ctx := t.Context()
-	e, err := Open(ctx, BackendConfig{Kind: "redis-server", Masters: 3})
+	e, err := Open(ctx, Config{Kind: "redis-server", Masters: 3})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 
@@ -135,7 +136,7 @@ func TestAddrsCloseDeletesOnlyRunKeys(t *testing.T) {
 	masters := []string{servers[0].Addr(), servers[1].Addr()}
 	fenceAddr := servers[2].Addr()
 
-	e, err := Open(ctx, BackendConfig{Kind: "addrs", Masters: 2, Addrs: masters, FenceAddr: fenceAddr})
+	e, err := Open(ctx, Config{Kind: "addrs", Masters: 2, Addrs: masters, FenceAddr: fenceAddr})
 	require.NoError(t, err)
 	assert.Equal(t, "addrs", e.Backend)
 	assert.Equal(t, masters, e.Masters)
@@ -188,12 +189,12 @@ func TestAddrsUnreachable(t *testing.T) {
 
 	tests := []struct {
 		name string
-		bc   BackendConfig
+		bc   Config
 		role string
 	}{
-		{"master", BackendConfig{Masters: 2, Addrs: []string{live[0], dead}}, "master"},
-		{"single", BackendConfig{Masters: 2, Addrs: live, SingleAddr: dead}, "single"},
-		{"fence", BackendConfig{Masters: 2, Addrs: live, FenceAddr: dead}, "fence"},
+		{"master", Config{Masters: 2, Addrs: []string{live[0], dead}}, "master"},
+		{"single", Config{Masters: 2, Addrs: live, SingleAddr: dead}, "single"},
+		{"fence", Config{Masters: 2, Addrs: live, FenceAddr: dead}, "fence"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,18 +208,18 @@ func TestAddrsUnreachable(t *testing.T) {
 			assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 			msg := err.Error()
 			assert.NotContains(t, msg, "\n")
-			assert.True(t, strings.HasPrefix(msg, "bench: cannot reach "+tt.role+" "+dead+": "), msg)
+			assert.True(t, strings.HasPrefix(msg, "backend: cannot reach "+tt.role+" "+dead+": "), msg)
 		})
 	}
 
 	t.Run("several", func(t *testing.T) {
 		dead2, err := FreeAddr()
 		require.NoError(t, err)
-		_, err = Open(t.Context(), BackendConfig{Kind: "addrs", Masters: 3, Addrs: []string{live[0], dead, dead2}})
+		_, err = Open(t.Context(), Config{Kind: "addrs", Masters: 3, Addrs: []string{live[0], dead, dead2}})
 		require.ErrorIs(t, err, ErrUnreachable)
 		msg := err.Error()
 		assert.NotContains(t, msg, "\n")
-		assert.True(t, strings.HasPrefix(msg, "bench: cannot reach master "+dead+": "), msg)
+		assert.True(t, strings.HasPrefix(msg, "backend: cannot reach master "+dead+": "), msg)
 		assert.Contains(t, msg, "1 more unreachable")
 	})
 }
@@ -241,10 +242,10 @@ func TestAddrsHungServer(t *testing.T) {
 	hung := ln.Addr().String()
 
 	start := time.Now()
-	_, err = Open(t.Context(), BackendConfig{Kind: "addrs", Masters: 1, Addrs: []string{hung}})
+	_, err = Open(t.Context(), Config{Kind: "addrs", Masters: 1, Addrs: []string{hung}})
 	assert.Less(t, time.Since(start), checkTimeout+time.Second)
 	require.ErrorIs(t, err, ErrUnreachable)
-	assert.True(t, strings.HasPrefix(err.Error(), "bench: cannot reach master "+hung+": "), err.Error())
+	assert.True(t, strings.HasPrefix(err.Error(), "backend: cannot reach master "+hung+": "), err.Error())
 	assert.NotContains(t, err.Error(), "\n")
 }
 
@@ -252,7 +253,7 @@ func TestAddrsServerAnswersWithError(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
 	m.RequireAuth("secret")
-	_, err := Open(t.Context(), BackendConfig{Kind: "addrs", Masters: 1, Addrs: []string{m.Addr()}})
+	_, err := Open(t.Context(), Config{Kind: "addrs", Masters: 1, Addrs: []string{m.Addr()}})
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, ErrUnreachable, "the server answered")
 	assert.Contains(t, err.Error(), "master "+m.Addr())
@@ -263,10 +264,10 @@ func TestAddrsMiniredisVersionUnknown(t *testing.T) {
 	t.Parallel()
 	// miniredis does not support INFO server: a server like it is usable, of unknown version.
 	addr := miniredis.RunT(t).Addr()
-	e, err := Open(t.Context(), BackendConfig{Kind: "addrs", Masters: 1, Addrs: []string{addr}})
+	e, err := Open(t.Context(), Config{Kind: "addrs", Masters: 1, Addrs: []string{addr}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
-	assert.Equal(t, []ServerInfo{{Role: "master", Addr: addr, Version: "unknown"}, {Role: "single", Addr: addr, Version: "unknown"}}, e.Servers)
+	assert.Equal(t, []report.ServerInfo{{Role: "master", Addr: addr, Version: "unknown"}, {Role: "single", Addr: addr, Version: "unknown"}}, e.Servers)
 	assert.Empty(t, e.Fence)
 }
 
@@ -274,26 +275,26 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		bc   BackendConfig
+		bc   Config
 	}{
-		{"unknown kind", BackendConfig{Kind: "cluster", Masters: 1}},
-		{"zero masters", BackendConfig{Masters: 0}},
-		{"negative masters", BackendConfig{Masters: -1}},
-		{"too many masters", BackendConfig{Masters: 17}},
-		{"zero masters addrs", BackendConfig{Kind: "addrs", Masters: 0, Addrs: []string{"127.0.0.1:1"}}},
-		{"too few addrs", BackendConfig{Kind: "addrs", Masters: 3, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}},
-		{"no addrs", BackendConfig{Kind: "addrs", Masters: 1}},
-		{"master twice", BackendConfig{Kind: "addrs", Masters: 2, Addrs: []string{"127.0.0.1:1", "127.0.0.1:1"}}},
-		{"no port", BackendConfig{Kind: "addrs", Masters: 1, Addrs: []string{"127.0.0.1"}}},
-		{"bad fence address", BackendConfig{Kind: "addrs", Masters: 1, Addrs: []string{"127.0.0.1:1"}, FenceAddr: "nohost"}},
-		{"addrs with embedded", BackendConfig{Masters: 1, Addrs: []string{"127.0.0.1:1"}}},
-		{"fence addr with redis-server", BackendConfig{Kind: "redis-server", Masters: 1, FenceAddr: "127.0.0.1:1"}},
+		{"unknown kind", Config{Kind: "cluster", Masters: 1}},
+		{"zero masters", Config{Masters: 0}},
+		{"negative masters", Config{Masters: -1}},
+		{"too many masters", Config{Masters: 17}},
+		{"zero masters addrs", Config{Kind: "addrs", Masters: 0, Addrs: []string{"127.0.0.1:1"}}},
+		{"too few addrs", Config{Kind: "addrs", Masters: 3, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}},
+		{"no addrs", Config{Kind: "addrs", Masters: 1}},
+		{"master twice", Config{Kind: "addrs", Masters: 2, Addrs: []string{"127.0.0.1:1", "127.0.0.1:1"}}},
+		{"no port", Config{Kind: "addrs", Masters: 1, Addrs: []string{"127.0.0.1"}}},
+		{"bad fence address", Config{Kind: "addrs", Masters: 1, Addrs: []string{"127.0.0.1:1"}, FenceAddr: "nohost"}},
+		{"addrs with embedded", Config{Masters: 1, Addrs: []string{"127.0.0.1:1"}}},
+		{"fence addr with redis-server", Config{Kind: "redis-server", Masters: 1, FenceAddr: "127.0.0.1:1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, err := Open(t.Context(), tt.bc)
 			assert.Nil(t, e)
-			assert.ErrorIs(t, err, ErrBackend)
+			assert.ErrorIs(t, err, ErrConfig)
 			assert.NotErrorIs(t, err, ErrUnreachable)
 		})
 	}

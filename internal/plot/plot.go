@@ -1,4 +1,6 @@
-package bench
+// Package plot draws a report's acquire-latency percentiles as a bar chart
+// on a log axis, into an SVG or PNG file.
+package plot
 
 import (
 	"bytes"
@@ -12,36 +14,41 @@ import (
 	"strings"
 	"time"
 
-	"gonum.org/v1/plot"
+	gonum "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"quorumlock.dev/internal/report"
 )
 
 // percentileSeries are the bars of each group, light to dark so that the
 // tail reads as the heavier colour.
 var percentileSeries = []struct {
 	name  string
-	value func(Row) float64
+	value func(report.Row) float64
 	color color.Color
 }{
-	{"p50", func(r Row) float64 { return r.AcquireP50Us }, color.RGBA{0x9e, 0xca, 0xe1, 0xff}},
-	{"p90", func(r Row) float64 { return r.AcquireP90Us }, color.RGBA{0x4f, 0x9b, 0xd0, 0xff}},
-	{"p99", func(r Row) float64 { return r.AcquireP99Us }, color.RGBA{0x21, 0x66, 0xac, 0xff}},
-	{"p99.9", func(r Row) float64 { return r.AcquireP999Us }, color.RGBA{0x08, 0x30, 0x6b, 0xff}},
+	{"p50", func(r report.Row) float64 { return r.AcquireP50Us }, color.RGBA{0x9e, 0xca, 0xe1, 0xff}},
+	{"p90", func(r report.Row) float64 { return r.AcquireP90Us }, color.RGBA{0x4f, 0x9b, 0xd0, 0xff}},
+	{"p99", func(r report.Row) float64 { return r.AcquireP99Us }, color.RGBA{0x21, 0x66, 0xac, 0xff}},
+	{"p99.9", func(r report.Row) float64 { return r.AcquireP999Us }, color.RGBA{0x08, 0x30, 0x6b, 0xff}},
 }
 
-// Plot draws the acquire-latency percentiles of every row of r into path,
+// ErrFormat reports a file extension other than .svg and .png.
+var ErrFormat = errors.New("plot: unknown file format")
+
+// Draw draws the acquire-latency percentiles of every row of r into path,
 // as .svg or .png by its extension (another extension returns an error
 // wrapping [ErrFormat]). Rows without attempts are left out; a report with
 // none left is an error, since an empty chart would pass for a result.
-func Plot(path string, r *Report) error {
+func Draw(path string, r *report.Report) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
-		return fmt.Errorf("%w %q for plot %s (want .svg or .png)", ErrFormat, ext, path)
+		return fmt.Errorf("%w %q for %s (want .svg or .png)", ErrFormat, ext, path)
 	}
-	var rows []Row
+	var rows []report.Row
 	if r != nil {
 		for _, row := range r.Results {
 			if row.AcquireP50Us > 0 {
@@ -50,17 +57,17 @@ func Plot(path string, r *Report) error {
 		}
 	}
 	if len(rows) == 0 {
-		return errors.New("bench: plot: no row has acquire latencies to draw")
+		return errors.New("plot: no row has acquire latencies to draw")
 	}
 
-	p := plot.New()
+	p := gonum.New()
 	p.Title.Text = plotTitle(r, rows)
 	p.Title.TextStyle.Font.Size = vg.Points(14)
 	p.Title.Padding = vg.Points(10)
 	// No Y label: gonum sizes a rotated axis label as if it stood upright
 	// on a log axis and pushes the data down by a third of the page. The
 	// tick labels carry their unit, and the title says "log scale".
-	p.Y.Scale = plot.LogScale{}
+	p.Y.Scale = gonum.LogScale{}
 	p.Y.Tick.Marker = durationLogTicks{}
 	p.Y.Tick.Label.Font.Size = vg.Points(12)
 	p.X.Tick.Label.Font.Size = vg.Points(12)
@@ -94,7 +101,7 @@ func Plot(path string, r *Report) error {
 		p.Legend.Add(s.name, b)
 	}
 
-	labels := rowLabels(rows, true)
+	labels := report.Labels(rows, true)
 	// Labels wider than their group would run into each other; tilted,
 	// each keeps its own space, and one line reads better than two.
 	if widest(p.X.Tick.Label, labels) > slot*0.95 {
@@ -111,7 +118,7 @@ func Plot(path string, r *Report) error {
 
 	canvas, err := draw.NewFormattedCanvas(plotWidth, plotHeight, ext[1:])
 	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("plot: %w", err)
 	}
 	// gonum draws the outermost bars and labels flush with the page edge.
 	margin := vg.Points(6)
@@ -119,10 +126,10 @@ func Plot(path string, r *Report) error {
 	// Rendered in memory first, so a failure does not leave half a file.
 	var buf bytes.Buffer
 	if _, err := canvas.WriteTo(&buf); err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("plot: %w", err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
 }
@@ -153,7 +160,7 @@ func widest(sty text.Style, labels []string) vg.Length {
 // sits in the top left corner, over the first under rows, and covers the
 // fraction legend of the axis height: decades are added on top until those
 // rows' bars stay below it, rather than hiding the legend or the bars.
-func yRange(rows []Row, under int, legend float64) (lo, hi float64) {
+func yRange(rows []report.Row, under int, legend float64) (lo, hi float64) {
 	lo, hi = math.Inf(1), 0.0
 	var first float64 // the tallest bar under the legend
 	for i, row := range rows {
@@ -178,9 +185,9 @@ func yRange(rows []Row, under int, legend float64) (lo, hi float64) {
 }
 
 // labelKey spells out the abbreviations the labels use, and only those.
-func labelKey(rows []Row, labels []string) string {
+func labelKey(rows []report.Row, labels []string) string {
 	var key []string
-	if slices.ContainsFunc(rows, func(r Row) bool { return r.Mode != "single" }) {
+	if slices.ContainsFunc(rows, func(r report.Row) bool { return r.Mode != "single" }) {
 		key = append(key, "Nm: N masters")
 	}
 	if slices.ContainsFunc(labels, func(l string) bool { return strings.Contains(l, "c=") }) {
@@ -192,7 +199,7 @@ func labelKey(rows []Row, labels []string) string {
 	return strings.Join(key, "    ")
 }
 
-func plotTitle(r *Report, rows []Row) string {
+func plotTitle(r *report.Report, rows []report.Row) string {
 	var scenarios []string
 	for _, row := range rows {
 		if !slices.Contains(scenarios, row.Scenario) {
@@ -217,7 +224,7 @@ type logBars struct {
 	color  color.Color
 }
 
-func (b *logBars) Plot(c draw.Canvas, p *plot.Plot) {
+func (b *logBars) Plot(c draw.Canvas, p *gonum.Plot) {
 	trX, trY := p.Transforms(&c)
 	for i, v := range b.values {
 		if v <= 0 {
@@ -247,8 +254,8 @@ func (b *logBars) DataRange() (xmin, xmax, ymin, ymax float64) {
 
 // GlyphBoxes keeps the outer bars of the first and last group inside the
 // plot's padding.
-func (b *logBars) GlyphBoxes(p *plot.Plot) []plot.GlyphBox {
-	boxes := make([]plot.GlyphBox, len(b.values))
+func (b *logBars) GlyphBoxes(p *gonum.Plot) []gonum.GlyphBox {
+	boxes := make([]gonum.GlyphBox, len(b.values))
 	for i := range b.values {
 		boxes[i].X = p.X.Norm(float64(i))
 		boxes[i].Rectangle = vg.Rectangle{
@@ -273,8 +280,8 @@ func (b *logBars) Thumbnail(c *draw.Canvas) {
 // durations, and "100000" has too many zeros to count at a glance.
 type durationLogTicks struct{}
 
-func (durationLogTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.LogTicks{}.Ticks(lo, hi)
+func (durationLogTicks) Ticks(lo, hi float64) []gonum.Tick {
+	ticks := gonum.LogTicks{}.Ticks(lo, hi)
 	for i := range ticks {
 		if ticks[i].Label != "" {
 			ticks[i].Label = (time.Duration(ticks[i].Value * float64(time.Microsecond))).String()

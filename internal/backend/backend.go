@@ -1,4 +1,7 @@
-package bench
+// Package backend provides the servers of a benchmark run: in-process
+// miniredis servers, redis-server processes it starts on loopback ports and
+// stops, or existing servers, whose keys it removes afterwards.
+package backend
 
 import (
 	"context"
@@ -20,9 +23,10 @@ import (
 	"quorumlock.dev/internal/childproc"
 	"quorumlock.dev/internal/embedded"
 	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/report"
 )
 
-// The backend kinds of [BackendConfig].
+// The backend kinds of [Config].
 const (
 	kindEmbedded    = "embedded"
 	kindRedisServer = "redis-server"
@@ -44,17 +48,17 @@ const (
 	miniredisModule = "github.com/alicebob/miniredis/v2"
 )
 
-// ErrBackend reports a [BackendConfig] that cannot work; it is found before any server is
+// ErrConfig reports a [Config] that cannot work; it is found before any server is
 // started or contacted, so that a typo costs no time.
-var ErrBackend = errors.New("bench: bad backend configuration")
+var ErrConfig = errors.New("backend: bad backend configuration")
 
 // ErrUnreachable reports an addrs server that did not answer PING. The error's message names
 // the server's role and address on one line, since it is what the user of the CLI sees.
-var ErrUnreachable = errors.New("bench: server unreachable")
+var ErrUnreachable = errors.New("backend: server unreachable")
 
-// BackendConfig says where the servers of a run come from. Kind is "embedded" (the default),
+// Config says where the servers of a run come from. Kind is "embedded" (the default),
 // "redis-server" or "addrs"; Addrs, SingleAddr and FenceAddr are for Kind "addrs" only.
-type BackendConfig struct {
+type Config struct {
 	// Kind chooses the servers: "embedded" runs miniredis in this process, which needs
 	// nothing installed but measures miniredis rather than Redis; "redis-server" starts real
 	// servers on loopback ports; "addrs" uses servers that already run.
@@ -74,7 +78,10 @@ type BackendConfig struct {
 type Env struct {
 	// Backend is the kind the servers came from.
 	Backend string
-	// Masters holds exactly BackendConfig.Masters distinct addresses.
+	// InProcess reports servers that run in this process (Kind "embedded"):
+	// the process's allocations and CPU are theirs as well as the client's.
+	InProcess bool
+	// Masters holds exactly Config.Masters distinct addresses.
 	Masters []string
 	// Single is the server of the single-instance mode. Except for Kind "addrs" it is not
 	// one of the masters, so that the two modes do not share a server's CPU.
@@ -83,7 +90,7 @@ type Env struct {
 	// "addrs"; "" when an addrs run has no fence.
 	Fence string
 	// Servers lists every role of every server, masters first, for the report.
-	Servers []ServerInfo
+	Servers []report.ServerInfo
 	// Prefix is unique to the run; every key the run writes is lock:<Prefix>:... or
 	// fence:<Prefix>:..., which lets Close remove them from servers that others use.
 	Prefix string
@@ -100,7 +107,7 @@ type Env struct {
 // in parallel; addrs servers must answer PING within a short timeout, or Open fails with an
 // error wrapping [ErrUnreachable]. A missing redis-server yields an error wrapping
 // [redisserver.ErrNotInstalled]. On failure Open stops whatever it started.
-func Open(ctx context.Context, bc BackendConfig) (*Env, error) {
+func Open(ctx context.Context, bc Config) (*Env, error) {
 	kind, err := validateBackend(bc)
 	if err != nil {
 		return nil, err
@@ -112,6 +119,7 @@ func Open(ctx context.Context, bc BackendConfig) (*Env, error) {
 	e := &Env{Backend: kind, Prefix: prefix}
 	switch kind {
 	case kindEmbedded:
+		e.InProcess = true
 		err = e.openEmbedded(ctx, bc.Masters)
 	case kindRedisServer:
 		err = e.openRedisServer(ctx, bc.Masters)
@@ -126,30 +134,30 @@ func Open(ctx context.Context, bc BackendConfig) (*Env, error) {
 	return e, nil
 }
 
-// validateBackend returns the effective kind, or an error wrapping ErrBackend.
-func validateBackend(bc BackendConfig) (string, error) {
+// validateBackend returns the effective kind, or an error wrapping ErrConfig.
+func validateBackend(bc Config) (string, error) {
 	kind := bc.Kind
 	if kind == "" {
 		kind = kindEmbedded
 	}
 	if bc.Masters < 1 || bc.Masters > maxMasters {
-		return "", fmt.Errorf("%w: %d masters, want 1 to %d", ErrBackend, bc.Masters, maxMasters)
+		return "", fmt.Errorf("%w: %d masters, want 1 to %d", ErrConfig, bc.Masters, maxMasters)
 	}
 	switch kind {
 	case kindEmbedded, kindRedisServer:
 		// Addresses given with another kind are most likely a forgotten kind; ignoring
 		// them would benchmark servers the user did not mean.
 		if len(bc.Addrs) > 0 || bc.SingleAddr != "" || bc.FenceAddr != "" {
-			return "", fmt.Errorf("%w: addresses given for backend %q; they need backend %q", ErrBackend, kind, kindAddrs)
+			return "", fmt.Errorf("%w: addresses given for backend %q; they need backend %q", ErrConfig, kind, kindAddrs)
 		}
 		return kind, nil
 	case kindAddrs:
 	default:
 		return "", fmt.Errorf("%w: unknown backend %q, want %s, %s or %s",
-			ErrBackend, bc.Kind, kindEmbedded, kindRedisServer, kindAddrs)
+			ErrConfig, bc.Kind, kindEmbedded, kindRedisServer, kindAddrs)
 	}
 	if len(bc.Addrs) < bc.Masters {
-		return "", fmt.Errorf("%w: %d masters need %d addresses, got %d", ErrBackend, bc.Masters, bc.Masters, len(bc.Addrs))
+		return "", fmt.Errorf("%w: %d masters need %d addresses, got %d", ErrConfig, bc.Masters, bc.Masters, len(bc.Addrs))
 	}
 	seen := make(map[string]bool, bc.Masters)
 	for _, a := range bc.Addrs[:bc.Masters] {
@@ -159,7 +167,7 @@ func validateBackend(bc BackendConfig) (string, error) {
 		// One server counted twice would let a quorum form with fewer servers than it
 		// claims, so the numbers would describe a different lock.
 		if seen[a] {
-			return "", fmt.Errorf("%w: master %s listed twice", ErrBackend, a)
+			return "", fmt.Errorf("%w: master %s listed twice", ErrConfig, a)
 		}
 		seen[a] = true
 	}
@@ -179,7 +187,7 @@ func validateBackend(bc BackendConfig) (string, error) {
 func checkHostPort(role, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("%w: %s address %q is not host:port", ErrBackend, role, addr)
+		return fmt.Errorf("%w: %s address %q is not host:port", ErrConfig, role, addr)
 	}
 	return nil
 }
@@ -189,21 +197,21 @@ func checkHostPort(role, addr string) error {
 func newPrefix() (string, error) {
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("bench: run prefix: %w", err)
+		return "", fmt.Errorf("backend: run prefix: %w", err)
 	}
 	return "redlock-bench-" + hex.EncodeToString(b[:]), nil
 }
 
 func (e *Env) openEmbedded(ctx context.Context, masters int) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bench: open: %w", err)
+		return fmt.Errorf("backend: open: %w", err)
 	}
 	version := miniredisVersion()
 	addrs := make([]string, masters+2)
 	for i := range addrs {
 		m, err := embedded.Start()
 		if err != nil {
-			return fmt.Errorf("bench: start miniredis: %w", err)
+			return fmt.Errorf("backend: start miniredis: %w", err)
 		}
 		e.minis = append(e.minis, m)
 		addrs[i] = m.Addr()
@@ -230,7 +238,7 @@ func (e *Env) assign(addrs, versions []string) {
 		case n + 1:
 			role = "fence"
 		}
-		e.Servers = append(e.Servers, ServerInfo{Role: role, Addr: a, Version: versions[i]})
+		e.Servers = append(e.Servers, report.ServerInfo{Role: role, Addr: a, Version: versions[i]})
 	}
 }
 
@@ -273,10 +281,10 @@ func (e *Env) openRedisServer(ctx context.Context, masters int) error {
 		}
 	}
 	if errors.Is(err, redisserver.ErrNotInstalled) {
-		return fmt.Errorf("bench: %w; install it (apt-get install redis-server) or use the embedded backend", err)
+		return fmt.Errorf("backend: %w; install it (apt-get install redis-server) or use the embedded backend", err)
 	}
 	if err != nil {
-		return fmt.Errorf("bench: start redis-server: %w", err)
+		return fmt.Errorf("backend: start redis-server: %w", err)
 	}
 
 	addrs := make([]string, len(servers))
@@ -291,7 +299,7 @@ func (e *Env) openRedisServer(ctx context.Context, masters int) error {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("backend: %w", err)
 	}
 	e.assign(addrs, versions)
 	return nil
@@ -307,7 +315,7 @@ type unreachableError struct {
 func (u *unreachableError) Error() string {
 	// A joined cause would break the one line the CLI prints.
 	cause := strings.ReplaceAll(u.err.Error(), "\n", "; ")
-	msg := fmt.Sprintf("bench: cannot reach %s %s: %s", u.role, u.addr, cause)
+	msg := fmt.Sprintf("backend: cannot reach %s %s: %s", u.role, u.addr, cause)
 	if u.more > 0 {
 		msg += fmt.Sprintf(" (and %d more unreachable)", u.more)
 	}
@@ -316,7 +324,7 @@ func (u *unreachableError) Error() string {
 
 func (u *unreachableError) Unwrap() []error { return []error{ErrUnreachable, u.err} }
 
-func (e *Env) openAddrs(ctx context.Context, bc BackendConfig) error {
+func (e *Env) openAddrs(ctx context.Context, bc Config) error {
 	e.Masters = append([]string(nil), bc.Addrs[:bc.Masters]...)
 	e.Single = bc.SingleAddr
 	if e.Single == "" {
@@ -324,11 +332,11 @@ func (e *Env) openAddrs(ctx context.Context, bc BackendConfig) error {
 	}
 	e.Fence = bc.FenceAddr
 	for _, a := range e.Masters {
-		e.Servers = append(e.Servers, ServerInfo{Role: "master", Addr: a})
+		e.Servers = append(e.Servers, report.ServerInfo{Role: "master", Addr: a})
 	}
-	e.Servers = append(e.Servers, ServerInfo{Role: "single", Addr: e.Single})
+	e.Servers = append(e.Servers, report.ServerInfo{Role: "single", Addr: e.Single})
 	if e.Fence != "" {
-		e.Servers = append(e.Servers, ServerInfo{Role: "fence", Addr: e.Fence})
+		e.Servers = append(e.Servers, report.ServerInfo{Role: "fence", Addr: e.Fence})
 	}
 
 	addrs := e.distinctAddrs()
@@ -340,7 +348,7 @@ func (e *Env) openAddrs(ctx context.Context, bc BackendConfig) error {
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("bench: open: %w", err)
+		return fmt.Errorf("backend: open: %w", err)
 	}
 
 	var first *unreachableError
@@ -349,7 +357,7 @@ func (e *Env) openAddrs(ctx context.Context, bc BackendConfig) error {
 			continue
 		}
 		if !isUnreachable(err) {
-			return fmt.Errorf("bench: %s %s: %w", roleOf(e.Servers, addrs[i]), addrs[i], err)
+			return fmt.Errorf("backend: %s %s: %w", roleOf(e.Servers, addrs[i]), addrs[i], err)
 		}
 		if first == nil {
 			first = &unreachableError{role: roleOf(e.Servers, addrs[i]), addr: addrs[i], err: err}
@@ -384,7 +392,7 @@ func (e *Env) distinctAddrs() []string {
 }
 
 // roleOf returns the first role addr has, which is the one a user thinks of first.
-func roleOf(servers []ServerInfo, addr string) string {
+func roleOf(servers []report.ServerInfo, addr string) string {
 	for _, s := range servers {
 		if s.Addr == addr {
 			return s.Role
@@ -489,7 +497,7 @@ func (e *Env) stopServers() error {
 	for i, s := range e.servers {
 		wg.Go(func() {
 			if err := s.Stop(); err != nil {
-				errs[i] = fmt.Errorf("bench: stop redis-server %s (pid %d): %w", s.Addr(), s.Pid(), err)
+				errs[i] = fmt.Errorf("backend: stop redis-server %s (pid %d): %w", s.Addr(), s.Pid(), err)
 			}
 		})
 	}
@@ -504,7 +512,7 @@ func (e *Env) deleteKeys(ctx context.Context) error {
 	for i, a := range addrs {
 		wg.Go(func() {
 			if err := deleteRunKeys(ctx, a, e.Prefix); err != nil {
-				errs[i] = fmt.Errorf("bench: delete keys of %s on %s: %w", e.Prefix, a, err)
+				errs[i] = fmt.Errorf("backend: delete keys of %s on %s: %w", e.Prefix, a, err)
 			}
 		})
 	}
@@ -549,7 +557,7 @@ func deleteRunKeys(ctx context.Context, addr, prefix string) error {
 func FreeAddr() (string, error) {
 	port, err := childproc.FreePort()
 	if err != nil {
-		return "", fmt.Errorf("bench: %w", err)
+		return "", fmt.Errorf("backend: %w", err)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }

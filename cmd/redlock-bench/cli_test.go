@@ -1,9 +1,8 @@
-package bench_test
+package main
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,10 +15,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/bench"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/benchrun"
+	"quorumlock.dev/internal/output"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/report"
+	"quorumlock.dev/internal/reporttest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,24 +34,24 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 // run is the command as a user runs it: arguments in, exit status and
 // output back.
-func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = bench.Main(context.Background(), args, &out, &errOut)
+	code = run(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
-func runJSON(t *testing.T, args ...string) *bench.Report {
+func runJSON(t *testing.T, args ...string) *report.Report {
 	t.Helper()
-	code, out, errOut := run(t, append(args, "-o", "json")...)
-	require.Equal(t, bench.ExitOK, code, errOut)
-	rep, err := bench.ReadJSON(strings.NewReader(out))
+	code, out, errOut := runCmd(t, append(args, "-o", "json")...)
+	require.Equal(t, exitOK, code, errOut)
+	rep, err := reporttest.ReadJSON(strings.NewReader(out))
 	require.NoError(t, err)
 	return rep
 }
 
 func TestParseDefaults(t *testing.T) {
-	inv, err := bench.Parse(nil, &bytes.Buffer{})
+	inv, err := parse(nil, &bytes.Buffer{})
 	require.NoError(t, err)
 	cfg := inv.Config
 	assert.Equal(t, "embedded", cfg.Backend.Kind)
@@ -62,7 +63,7 @@ func TestParseDefaults(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, cfg.NodeTimeout)
 	assert.Equal(t, "text", inv.Format)
 
-	inv, err = bench.Parse([]string{"-addrs", "127.0.0.1:1, 127.0.0.1:2,127.0.0.1:3", "-masters", "3", "-n", "100", "-ttl", "30s", "-hold", "2ms"}, &bytes.Buffer{})
+	inv, err = parse([]string{"-addrs", "127.0.0.1:1, 127.0.0.1:2,127.0.0.1:3", "-masters", "3", "-n", "100", "-ttl", "30s", "-hold", "2ms"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	assert.Equal(t, "addrs", inv.Config.Backend.Kind)
 	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, inv.Config.Backend.Addrs)
@@ -94,14 +95,14 @@ func TestBadFlags(t *testing.T) {
 		{"extra"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			code, out, errOut := run(t, args...)
-			assert.Equal(t, bench.ExitUsage, code)
+			code, out, errOut := runCmd(t, args...)
+			assert.Equal(t, exitUsage, code)
 			assert.Empty(t, out)
 			assert.Contains(t, errOut, "usage: redlock-bench")
 		})
 	}
-	code, _, _ := run(t, "-h")
-	assert.Equal(t, bench.ExitOK, code, "-h is not an error")
+	code, _, _ := runCmd(t, "-h")
+	assert.Equal(t, exitOK, code, "-h is not an error")
 }
 
 // TestEmbeddedRun: the default backend end to end, on a machine with no
@@ -109,6 +110,7 @@ func TestBadFlags(t *testing.T) {
 func TestEmbeddedRun(t *testing.T) {
 	rep := runJSON(t, "-d", "200ms", "-c", "1,4", "-rounds", "2")
 	assert.Equal(t, "embedded", rep.Backend)
+	assert.True(t, rep.ServersInProcess, "allocs/op counts miniredis too, and the report must say so")
 	assert.Len(t, rep.Servers, 7)
 	require.Len(t, rep.Results, 4)
 	for _, r := range rep.Results {
@@ -134,9 +136,9 @@ func TestEmbeddedRun(t *testing.T) {
 }
 
 func TestCyclesAndCSV(t *testing.T) {
-	code, out, errOut := run(t, "-n", "40", "-c", "2", "-o", "csv", "-masters", "3")
-	require.Equal(t, bench.ExitOK, code, errOut)
-	rows, err := bench.ReadCSV(strings.NewReader(out))
+	code, out, errOut := runCmd(t, "-n", "40", "-c", "2", "-o", "csv", "-masters", "3")
+	require.Equal(t, exitOK, code, errOut)
+	rows, err := reporttest.ReadCSV(strings.NewReader(out))
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	for _, r := range rows {
@@ -156,7 +158,7 @@ func TestFullContention(t *testing.T) {
 func TestSlowScenario(t *testing.T) {
 	rep := runJSON(t, "-scenario", "slow", "-delay", "30ms", "-d", "300ms", "-c", "1")
 	require.Len(t, rep.Results, 2)
-	byVariant := map[string]bench.Row{}
+	byVariant := map[string]report.Row{}
 	for _, r := range rep.Results {
 		byVariant[r.Variant] = r
 		assert.Positive(t, r.Acquired, "a slow master must not stop the lock")
@@ -191,9 +193,9 @@ func TestDeadScenario(t *testing.T) {
 
 func TestScaleScenario(t *testing.T) {
 	rep := runJSON(t, "-scenario", "scale", "-d", "250ms", "-c", "1", "-rounds", "1")
-	require.Len(t, rep.Results, len(bench.ScaleMasters))
+	require.Len(t, rep.Results, len(benchrun.ScaleMasters))
 	for i, r := range rep.Results {
-		assert.Equal(t, bench.ScaleMasters[i], r.Masters)
+		assert.Equal(t, benchrun.ScaleMasters[i], r.Masters)
 		assert.Positive(t, r.Acquired)
 		if r.Masters != 3 {
 			assert.Equal(t, "masters=3", r.RatioOf)
@@ -212,8 +214,8 @@ func TestFence(t *testing.T) {
 
 func TestPlotFlag(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "latency.svg")
-	code, _, errOut := run(t, "-d", "100ms", "-c", "1", "-plot", path)
-	require.Equal(t, bench.ExitOK, code, errOut)
+	code, _, errOut := runCmd(t, "-d", "100ms", "-c", "1", "-plot", path)
+	require.Equal(t, exitOK, code, errOut)
 	info, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Positive(t, info.Size())
@@ -224,6 +226,7 @@ func TestRedisServerBackend(t *testing.T) {
 	redistest.Need(t)
 	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3")
 	assert.Equal(t, "redis-server", rep.Backend)
+	assert.False(t, rep.ServersInProcess)
 	require.Len(t, rep.Servers, 5)
 	for _, s := range rep.Servers {
 		assert.Regexp(t, `^\d+\.`, s.Version)
@@ -243,8 +246,8 @@ func TestInterruptStopsServers(t *testing.T) {
 	time.AfterFunc(time.Second, cancel)
 	var out, errOut bytes.Buffer
 	start := time.Now()
-	code := bench.Main(ctx, []string{"-backend", "redis-server", "-d", "30s", "-c", "1"}, &out, &errOut)
-	assert.Equal(t, bench.ExitError, code)
+	code := run(ctx, []string{"-backend", "redis-server", "-d", "30s", "-c", "1"}, &out, &errOut)
+	assert.Equal(t, exitError, code)
 	assert.Less(t, time.Since(start), 20*time.Second)
 	assert.Contains(t, errOut.String(), "context canceled")
 	// The servers' addresses are not in the output; look for no listener
@@ -285,8 +288,8 @@ func TestUnreachableServer(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	code, out, errOut := run(t, "-addrs", addr, "-masters", "1", "-d", "100ms", "-c", "1")
-	assert.Equal(t, bench.ExitError, code)
+	code, out, errOut := runCmd(t, "-addrs", addr, "-masters", "1", "-d", "100ms", "-c", "1")
+	assert.Equal(t, exitError, code)
 	assert.Empty(t, out)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "one clear line: %q", errOut)
 	assert.Contains(t, errOut, addr)
@@ -327,90 +330,18 @@ func assertNoChildRedis(t *testing.T) {
 	}
 }
 
-// TestDocListsColumns: the column list in the package doc is the one the
-// CSV writer uses, in the same order.
+// TestDocListsColumns: the column list in the manual's Output section is the
+// one the CSV writer uses, in the same order.
 func TestDocListsColumns(t *testing.T) {
 	src, err := os.ReadFile("doc.go")
 	require.NoError(t, err)
+	_, section, found := strings.Cut(string(src), "\n// # Output\n")
+	require.True(t, found, "doc.go has no Output section")
 	var listed []string
-	for _, line := range strings.Split(string(src), "\n") {
+	for _, line := range strings.Split(section, "\n") {
 		if rest, ok := strings.CutPrefix(line, "//\t"); ok && rest != "" && rest[0] != ' ' {
 			listed = append(listed, strings.Fields(rest)[0])
 		}
 	}
-	assert.Equal(t, bench.CSVColumns(), listed)
-}
-
-// TestFencingCommand: `redlock-bench fencing` shows the incident review's result on a
-// small run: duplicates without the fence, none with it.
-func TestFencingCommand(t *testing.T) {
-	// Node timeouts with room for the race detector's slowdown (5-10×):
-	// with 10 ms, every call missed it and the run never finished.
-	code, out, errOut := run(t, "fencing", "-jobs", "3000", "-skus", "40", "-c", "16", "-ttl", "300ms",
-		"-node-timeout", "100ms", "-pause", "700ms", "-pause-rate", "0.01", "-o", "json")
-	require.Equal(t, bench.ExitOK, code, errOut)
-	var rep bench.FencingReport
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	require.Len(t, rep.Results, 2)
-	unfenced, fenced := rep.Results[0], rep.Results[1]
-	assert.Equal(t, "unfenced", unfenced.Mode)
-	assert.Equal(t, "fenced", fenced.Mode)
-	assert.Equal(t, unfenced.Pauses, fenced.Pauses, "both passes pause the same jobs")
-	assert.Positive(t, unfenced.Pauses)
-	assert.Positive(t, unfenced.Duplicates, "without the fence, paused holders ship twice")
-	assert.Zero(t, fenced.Duplicates, "with the fence, no order ships twice")
-	assert.Positive(t, fenced.Rejections)
-	for _, r := range rep.Results {
-		assert.Equal(t, int64(3000), r.Orders)
-		assert.Zero(t, r.Errors)
-	}
-
-	code, out, _ = run(t, "fencing", "-jobs", "500", "-c", "8", "-node-timeout", "100ms", "-ttl", "300ms", "-pause-rate", "0")
-	require.Equal(t, bench.ExitOK, code)
-	assert.Contains(t, out, "duplicates")
-}
-
-func TestFencingBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"fencing", "-jobs", "0"},
-		{"fencing", "-pause", "10ms", "-ttl", "100ms"},
-		{"fencing", "-pause-rate", "1.5"},
-		{"fencing", "-o", "csv"},
-		{"fencing", "-backend", "cloud"},
-		{"fencing", "-node-timeout", "200ms"},
-		{"fencing", "extra"},
-	} {
-		code, _, errOut := run(t, args...)
-		assert.Equal(t, bench.ExitUsage, code, args)
-		assert.Contains(t, errOut, "usage: redlock-bench fencing", args)
-	}
-}
-
-// TestFencingPostgres: the same command with the storage in PostgreSQL
-// (-pg-dsn); its tables are dropped afterwards.
-func TestFencingPostgres(t *testing.T) {
-	srv := pgtest.Start(t)
-	dsn := srv.DSN("postgres")
-	code, out, errOut := run(t, "fencing", "-jobs", "1500", "-skus", "40", "-c", "16", "-ttl", "300ms",
-		"-node-timeout", "100ms", "-pause", "700ms", "-pause-rate", "0.01", "-o", "json", "-pg-dsn", dsn)
-	require.Equal(t, bench.ExitOK, code, errOut)
-	var rep bench.FencingReport
-	require.NoError(t, json.Unmarshal([]byte(out), &rep))
-	assert.Equal(t, "postgresql", rep.Storage)
-	assert.NotEmpty(t, rep.PGVersion)
-	require.Len(t, rep.Results, 2)
-	assert.Positive(t, rep.Results[0].Duplicates)
-	assert.Zero(t, rep.Results[1].Duplicates)
-	assert.Positive(t, rep.Results[1].Rejections)
-
-	pool := pgtest.Pool(t, dsn)
-	var tables int
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_tables WHERE tablename LIKE 'quorumlock_bench_%'`).Scan(&tables))
-	assert.Zero(t, tables, "the run's tables are dropped")
-
-	code, _, errOut = run(t, "fencing", "-jobs", "10", "-pg-dsn", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2")
-	assert.Equal(t, bench.ExitError, code)
-	assert.Contains(t, errOut, "PostgreSQL")
-	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+	assert.Equal(t, output.CSVColumns(), listed)
 }

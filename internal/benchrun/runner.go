@@ -1,4 +1,7 @@
-package bench
+// Package benchrun measures the redlock client against its single-instance
+// mode: it opens a backend, builds each scenario's variants and measures them
+// in alternating slices into a [report.Report]. It writes nothing itself.
+package benchrun
 
 import (
 	"context"
@@ -17,7 +20,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/backend"
 	"quorumlock.dev/internal/faultproxy"
+	"quorumlock.dev/internal/progress"
+	"quorumlock.dev/internal/report"
 	"quorumlock.dev/redlock"
 )
 
@@ -28,11 +34,11 @@ var Scenarios = []string{"healthy", "slow", "dead", "scale"}
 var ScaleMasters = []int{1, 3, 5, 7, 9}
 
 // ErrConfig reports settings that cannot make a run.
-var ErrConfig = errors.New("bench: invalid configuration")
+var ErrConfig = errors.New("benchrun: invalid configuration")
 
 // Config is one run of the benchmark.
 type Config struct {
-	Backend     BackendConfig // where the servers come from; Backend.Masters is set by Run
+	Backend     backend.Config // where the servers come from; Backend.Masters is set by Run
 	Scenario    string
 	Masters     int   // masters of the redlock mode (healthy, slow, dead)
 	Concurrency []int // goroutines; one row per value and variant
@@ -90,9 +96,9 @@ func (c *Config) Validate() error {
 
 // variant is one thing measured: a lock client over some masters.
 type variant struct {
-	row       Row    // the fixed fields of its rows
-	label     string // how a ratio names it
-	ratioTo   string // the label of the variant this one is compared with; "" for none
+	row       report.Row // the fixed fields of its rows
+	label     string     // how a ratio names it
+	ratioTo   string     // the label of the variant this one is compared with; "" for none
 	client    *redlock.Client
 	resources []string
 }
@@ -100,7 +106,7 @@ type variant struct {
 // Run opens the backend, measures every variant of the scenario at every
 // concurrency, closes the backend and returns the report. When ctx ends, Run
 // stops measuring, cleans up and returns ctx's error.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -109,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		need = slices.Max(ScaleMasters)
 	}
 	cfg.Backend.Masters = need
-	env, err := Open(ctx, cfg.Backend)
+	env, err := backend.Open(ctx, cfg.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -118,16 +124,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%w: -fence needs a fence node (-fence-addr with -addrs)", ErrConfig)
 	}
 
-	rep := &Report{
-		Backend:    env.Backend,
-		Servers:    env.Servers,
-		Started:    time.Now().UTC(),
-		GoMaxProcs: runtime.GOMAXPROCS(0),
-		GoVersion:  runtime.Version(),
-		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
-		Config: ConfigEcho{
-			Scenario: cfg.Scenario, Masters: cfg.Masters, TTLms: ms(cfg.TTL), NodeTimeout: ms(cfg.NodeTimeout),
-			HoldMs: ms(cfg.Hold), Keys: cfg.Keys, Fence: cfg.Fence, Rounds: cfg.Rounds,
+	rep := &report.Report{
+		Backend:          env.Backend,
+		ServersInProcess: env.InProcess,
+		Servers:          env.Servers,
+		Started:          time.Now().UTC(),
+		GoMaxProcs:       runtime.GOMAXPROCS(0),
+		GoVersion:        runtime.Version(),
+		Platform:         runtime.GOOS + "/" + runtime.GOARCH,
+		Config: report.ConfigEcho{
+			Scenario: cfg.Scenario, Masters: cfg.Masters, TTLms: report.Milliseconds(cfg.TTL), NodeTimeout: report.Milliseconds(cfg.NodeTimeout),
+			HoldMs: report.Milliseconds(cfg.Hold), Keys: cfg.Keys, Fence: cfg.Fence, Rounds: cfg.Rounds,
 			DurationS: cfg.Duration.Seconds(), Cycles: cfg.Cycles,
 		},
 	}
@@ -140,8 +147,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	bar := newProgress(cfg.Progress, cfg, len(variants))
-	defer bar.finish()
+	bar := newBar(cfg, len(variants))
+	defer bar.Finish()
 	start := time.Now()
 	for _, c := range cfg.Concurrency {
 		rows, err := measure(ctx, cfg, variants, c, bar)
@@ -157,7 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // setup builds the variants of a scenario and owns what they need.
 type setup struct {
 	cfg     Config
-	env     *Env
+	env     *backend.Env
 	clients []*redis.Client
 	proxies []*faultproxy.Proxy
 }
@@ -210,7 +217,7 @@ func (s *setup) proxy(upstream string, delay time.Duration) (string, error) {
 func (s *setup) variants() ([]*variant, error) {
 	cfg, env := s.cfg, s.env
 	n := cfg.Masters
-	base := Row{Scenario: cfg.Scenario, Keys: cfg.Keys, Fence: cfg.Fence, HoldMs: ms(cfg.Hold)}
+	base := report.Row{Scenario: cfg.Scenario, Keys: cfg.Keys, Fence: cfg.Fence, HoldMs: report.Milliseconds(cfg.Hold)}
 	type spec struct {
 		mode, label, ratioTo string
 		addrs                []string
@@ -237,13 +244,13 @@ func (s *setup) variants() ([]*variant, error) {
 		}
 		specs = []spec{
 			{mode: "redlock", label: "delay_ms=0", addrs: append(slices.Clone(env.Masters[:n-1]), fast)},
-			{mode: "redlock", label: fmt.Sprintf("delay_ms=%g", ms(cfg.Delay)), ratioTo: "delay_ms=0",
+			{mode: "redlock", label: fmt.Sprintf("delay_ms=%g", report.Milliseconds(cfg.Delay)), ratioTo: "delay_ms=0",
 				addrs: append(slices.Clone(env.Masters[:n-1]), slow), delay: cfg.Delay},
 		}
 	case "dead":
 		addrs := slices.Clone(env.Masters[:n-cfg.Dead])
 		for range cfg.Dead {
-			a, err := FreeAddr()
+			a, err := backend.FreeAddr()
 			if err != nil {
 				return nil, err
 			}
@@ -270,7 +277,7 @@ func (s *setup) variants() ([]*variant, error) {
 			return nil, err
 		}
 		row := base
-		row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), ms(sp.delay), sp.dead
+		row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
 		v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, client: client, resources: make([]string, cfg.Keys)}
 		for k := range v.resources {
 			v.resources[k] = fmt.Sprintf("%s:%d:%d", env.Prefix, i, k)
@@ -278,6 +285,15 @@ func (s *setup) variants() ([]*variant, error) {
 		variants[i] = v
 	}
 	return variants, nil
+}
+
+// newBar draws progress in attempts when rows are counted, else in time.
+func newBar(cfg Config, variants int) *progress.Bar {
+	rows := int64(len(cfg.Concurrency) * variants)
+	if cfg.Cycles > 0 {
+		return progress.Count(cfg.Progress, cfg.Cycles*rows, "cycles")
+	}
+	return progress.Time(cfg.Progress, cfg.Duration*time.Duration(rows))
 }
 
 // tally is what one variant measured at one concurrency.
@@ -297,7 +313,7 @@ func newHistogram() *hdrhistogram.Histogram {
 // measure runs every variant at concurrency c, in cfg.Rounds slices that
 // alternate between the variants (A, B, A, B ...), so that drift in the
 // machine's speed hits all of them alike.
-func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress) ([]Row, error) {
+func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress.Bar) ([]report.Row, error) {
 	tallies := make([]*tally, len(variants))
 	for i := range tallies {
 		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram()}
@@ -322,7 +338,7 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 		}
 	}
 
-	rows := make([]Row, len(variants))
+	rows := make([]report.Row, len(variants))
 	p50 := map[string]float64{}
 	for i, v := range variants {
 		t := tallies[i]
@@ -370,7 +386,7 @@ type worker struct {
 	rng                                              *rand.Rand
 }
 
-func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress) error {
+func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpuBefore := cpuTime()
@@ -411,7 +427,7 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 	return ctx.Err()
 }
 
-func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, bar *progress) {
+func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, bar *progress.Bar) {
 	for ctx.Err() == nil {
 		if counted {
 			if left.Add(-1) < 0 {
@@ -426,7 +442,7 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 		acquired := time.Since(start)
 		_ = w.acquire.RecordValue(micros(acquired))
 		w.attempts++
-		bar.add(1)
+		bar.Add(1)
 		switch {
 		case err == nil:
 		case errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() == nil:
@@ -459,8 +475,6 @@ func micros(d time.Duration) int64 {
 	}
 	return 1
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // cpuTime is the user and system CPU time of the whole process.
 func cpuTime() time.Duration {

@@ -1,4 +1,4 @@
-package bench_test
+package plot_test
 
 import (
 	"bytes"
@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/bench"
+	"quorumlock.dev/internal/plot"
+	"quorumlock.dev/internal/report"
+	"quorumlock.dev/internal/reporttest"
 )
 
 func TestPlotFormats(t *testing.T) {
@@ -25,7 +27,7 @@ func TestPlotFormats(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.file)
-			require.NoError(t, bench.Plot(path, realisticReport()))
+			require.NoError(t, plot.Draw(path, reporttest.Realistic()))
 			b, err := os.ReadFile(path)
 			require.NoError(t, err)
 			assert.Greater(t, len(b), 1000)
@@ -36,23 +38,23 @@ func TestPlotFormats(t *testing.T) {
 
 func TestPlotUnknownExtension(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "latency.txt")
-	require.ErrorIs(t, bench.Plot(path, realisticReport()), bench.ErrFormat)
+	require.ErrorIs(t, plot.Draw(path, reporttest.Realistic()), plot.ErrFormat)
 	assert.NoFileExists(t, path)
 }
 
 func TestPlotNothingToDraw(t *testing.T) {
-	noAttempts := realisticReport()
+	noAttempts := reporttest.Realistic()
 	for i := range noAttempts.Results {
 		noAttempts.Results[i].AcquireP50Us = 0
 	}
-	for name, rep := range map[string]*bench.Report{
+	for name, rep := range map[string]*report.Report{
 		"no rows":     {Backend: "embedded"},
 		"no attempts": noAttempts,
 		"nil":         nil,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "latency.svg")
-			require.Error(t, bench.Plot(path, rep))
+			require.Error(t, plot.Draw(path, rep))
 			assert.NoFileExists(t, path)
 		})
 	}
@@ -61,24 +63,24 @@ func TestPlotNothingToDraw(t *testing.T) {
 // Rows that measured nothing are left out rather than drawn at the axis
 // floor, and a row whose tail reaches past every other still fits.
 func TestPlotSkipsEmptyRows(t *testing.T) {
-	rep := realisticReport()
-	rep.Results[1] = bench.Row{Mode: "redlock", Masters: 5, Scenario: "dead", Dead: 3}
+	rep := reporttest.Realistic()
+	rep.Results[1] = report.Row{Mode: "redlock", Masters: 5, Scenario: "dead", Dead: 3}
 	rep.Results[2].AcquireMaxUs = 5e6
-	require.NoError(t, bench.Plot(filepath.Join(t.TempDir(), "latency.svg"), rep))
+	require.NoError(t, plot.Draw(filepath.Join(t.TempDir(), "latency.svg"), rep))
 }
 
 // The scale scenario has the most rows; it must draw without labels
 // colliding into an error.
 func TestPlotScale(t *testing.T) {
-	rep := &bench.Report{Backend: "embedded"}
+	rep := &report.Report{Backend: "embedded"}
 	for _, c := range []int{1, 8, 64} {
 		for _, m := range []int{1, 3, 5, 7, 9} {
 			p50 := float64(20*m) * float64(c)
-			rep.Results = append(rep.Results, bench.Row{
+			rep.Results = append(rep.Results, report.Row{
 				Mode: "redlock", Masters: m, Scenario: "scale", Concurrency: c,
 				AcquireP50Us: p50, AcquireP90Us: p50 * 2, AcquireP99Us: p50 * 5, AcquireP999Us: p50 * 9,
 			})
 		}
 	}
-	require.NoError(t, bench.Plot(filepath.Join(t.TempDir(), "scale.png"), rep))
+	require.NoError(t, plot.Draw(filepath.Join(t.TempDir(), "scale.png"), rep))
 }

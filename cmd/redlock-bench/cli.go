@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"context"
@@ -13,28 +13,32 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"quorumlock.dev/internal/benchrun"
+	"quorumlock.dev/internal/output"
+	"quorumlock.dev/internal/plot"
 )
 
-// Exit statuses of [Main].
+// Exit statuses of [run].
 const (
-	ExitOK    = 0
-	ExitError = 1 // the run failed: a server could not be reached, a write failed
-	ExitUsage = 2 // bad flags
+	exitOK    = 0
+	exitError = 1 // the run failed: a server could not be reached, a write failed
+	exitUsage = 2 // bad flags
 )
 
-// Invocation is a parsed command line.
-type Invocation struct {
-	Config Config
+// invocation is a parsed command line.
+type invocation struct {
+	Config benchrun.Config
 	Format string // text, json or csv
 	Plot   string // "" or a .svg/.png path
 }
 
-// Parse reads the command line. Errors are ErrConfig (or flag's own) and
-// mean exit status 2.
-func Parse(args []string, stderr io.Writer) (*Invocation, error) {
+// parse reads the command line. Errors wrap benchrun.ErrConfig (or are
+// flag's own) and mean exit status 2.
+func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs := flag.NewFlagSet("redlock-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	inv := &Invocation{}
+	inv := &invocation{}
 	cfg := &inv.Config
 	var backend, addrs, conc string
 	fs.StringVar(&backend, "backend", "embedded", "where the servers come from: embedded (in-process miniredis) or redis-server (real processes started and stopped by the run); -addrs selects existing servers")
@@ -95,23 +99,24 @@ func Parse(args []string, stderr io.Writer) (*Invocation, error) {
 	if cfg.Cycles > 0 {
 		cfg.Duration = 0
 	}
-	if !slices.Contains(Formats, inv.Format) {
-		return nil, usage(fs, "-o %q: want one of %v", inv.Format, Formats)
+	if !slices.Contains(output.Formats, inv.Format) {
+		return nil, usage(fs, "-o %q: want one of %v", inv.Format, output.Formats)
 	}
 	if p := strings.ToLower(inv.Plot); p != "" && !strings.HasSuffix(p, ".svg") && !strings.HasSuffix(p, ".png") {
 		return nil, usage(fs, "-plot %q: want a .svg or .png file", inv.Plot)
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), oneLine(err))
 		fs.Usage()
 		return nil, err
 	}
 	return inv, nil
 }
 
+// usage prints a bad flag's error and the usage text, and returns the error.
 func usage(fs *flag.FlagSet, format string, args ...any) error {
-	err := fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
-	fmt.Fprintln(fs.Output(), err)
+	err := fmt.Errorf("%w: "+format, append([]any{benchrun.ErrConfig}, args...)...)
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), oneLine(err))
 	fs.Usage()
 	return err
 }
@@ -132,46 +137,48 @@ func splitList(s string) []string {
 	return out
 }
 
-// Main is the whole command: parse, run, write, plot. It returns the exit
+// run is the whole command: parse, run, write, plot. It returns the exit
 // status. A progress bar goes to stderr when stderr is a terminal.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "fencing" {
-		return mainFencing(ctx, args[1:], stdout, stderr)
+		return runFencing(ctx, args[1:], stdout, stderr)
 	}
-	inv, err := Parse(args, stderr)
+	inv, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
+		return exitOK
 	}
 	if err != nil {
-		return ExitUsage
+		return exitUsage
 	}
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		inv.Config.Progress = stderr
 	}
-	rep, err := Run(ctx, inv.Config)
+	rep, err := benchrun.Run(ctx, inv.Config)
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock-bench: %s\n", oneLine(err))
-		return ExitError
+		return exitError
 	}
-	if err := Write(stdout, rep, inv.Format); err != nil {
+	if err := output.Write(stdout, rep, inv.Format); err != nil {
 		fmt.Fprintf(stderr, "redlock-bench: %s\n", oneLine(err))
-		return ExitError
+		return exitError
 	}
 	if inv.Plot != "" {
-		if err := Plot(inv.Plot, rep); err != nil {
+		if err := plot.Draw(inv.Plot, rep); err != nil {
 			fmt.Fprintf(stderr, "redlock-bench: plot: %s\n", oneLine(err))
-			return ExitError
+			return exitError
 		}
 	}
-	return ExitOK
+	return exitOK
 }
 
-// oneLine keeps the first line of a joined error: the report for a person
-// is one clear line, not a tree.
+// oneLine keeps the first line of a joined error, without the name of the
+// package of ours it starts with: for a person, one clear line.
 func oneLine(err error) string {
-	s := err.Error()
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	for _, pkg := range []string{"backend", "benchrun", "output", "plot", "fencingbench"} {
+		if rest, ok := strings.CutPrefix(s, pkg+": "); ok {
+			return rest
+		}
 	}
-	return strings.TrimPrefix(s, "bench: ")
+	return s
 }
