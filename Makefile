@@ -42,7 +42,7 @@ soak: deps
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./quorum/
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./internal/quorum/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -51,7 +51,7 @@ lint:
 
 # A short run of each fuzz target.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./clockdrift/
+	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./internal/clockdrift/
 
 # redis-server and PostgreSQL from Debian's packages, when missing and we may install them.
 deps:

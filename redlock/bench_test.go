@@ -12,7 +12,7 @@ import (
 
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/quorum"
+	"quorumlock.dev/internal/quorum"
 )
 
 // Benchmarks on real redis-server processes started on loopback ports.

@@ -15,10 +15,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"quorumlock.dev/clockdrift"
+	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/nilcheck"
-	"quorumlock.dev/quorum"
+	"quorumlock.dev/internal/quorum"
 )
 
 // Master is the part of a Redis client that the lock needs: running a

@@ -22,7 +22,7 @@ import (
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/quorum"
+	"quorumlock.dev/internal/quorum"
 )
 
 // patientClient has go-redis timeouts far longer than the lock's node

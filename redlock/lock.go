@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"quorumlock.dev/clockdrift"
-	"quorumlock.dev/quorum"
+	"quorumlock.dev/internal/clockdrift"
+	"quorumlock.dev/internal/quorum"
 )
 
 // Lock is a held lock: a lease on a majority of masters until [Lock.Until],

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/clockdrift"
+	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/fence"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"quorumlock.dev/quorum"
+	"quorumlock.dev/internal/quorum"
 )
 
 func ExampleDo() {
