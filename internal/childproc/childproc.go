@@ -27,10 +27,10 @@ func FreePort() (int, error) {
 	return port, nil
 }
 
-// LogSince returns what the file at path gained since offset from, at most
+// logSince returns what the file at path gained since offset from, at most
 // its last limit bytes; a read failure is returned as the text, since the
 // caller only puts it in an error message.
-func LogSince(path string, from, limit int64) string {
+func logSince(path string, from, limit int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()

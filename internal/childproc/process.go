@@ -102,7 +102,7 @@ func launch(ctx context.Context, spec Spec, port int) (p *Process, busy bool, er
 	}()
 	if err := p.waitReady(ctx, spec); err != nil {
 		p.Kill()
-		tail := LogSince(spec.Log, logStart, logTailBytes)
+		tail := logSince(spec.Log, logStart, logTailBytes)
 		return nil, strings.Contains(tail, "Address already in use"),
 			fmt.Errorf("start %s on 127.0.0.1:%d: %w\n--- %s ---\n%s", spec.Path, port, err, spec.Log, tail)
 	}
