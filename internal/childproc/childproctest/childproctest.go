@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -21,16 +22,35 @@ func Missing(t testing.TB, err error, install string) {
 	t.Skipf("%v; install it (%s) to run this test (outside CI only: CI=true fails)", err, install)
 }
 
-// Ending is how a helper run by [Catch] ended its test.
-type Ending struct {
-	Failed, Skipped bool
-	Msg             string
+// CheckMissing runs each helper with an empty PATH, under CI=true and with CI unset, and fails
+// t unless the helper failed its test in CI and skipped it elsewhere, saying install.
+func CheckMissing(t *testing.T, install string, helpers map[string]func(testing.TB)) {
+	for name, helper := range helpers {
+		for _, ci := range []string{"true", ""} {
+			t.Run(name+"/CI="+ci, func(t *testing.T) {
+				t.Setenv("PATH", t.TempDir())
+				t.Setenv("CI", ci)
+				end := catch(t, helper)
+				if end.failed != (ci == "true") || end.skipped != (ci != "true") {
+					t.Errorf("failed %v, skipped %v; want a failure in CI only, a skip elsewhere", end.failed, end.skipped)
+				}
+				if !strings.Contains(end.msg, install) {
+					t.Errorf("the message %q does not say %q", end.msg, install)
+				}
+			})
+		}
+	}
 }
 
-// Catch runs helper on a goroutine of its own with a [testing.TB] whose Fatal, Fatalf and
-// Skipf end only helper, and returns how it ended the test: for testing helpers like the ones
-// that call [Missing].
-func Catch(t testing.TB, helper func(testing.TB)) Ending {
+// ending is how a helper run by catch ended its test.
+type ending struct {
+	failed, skipped bool
+	msg             string
+}
+
+// catch runs helper on a goroutine of its own with a testing.TB whose Fatal, Fatalf and Skipf
+// end only helper, and returns how it ended the test.
+func catch(t testing.TB, helper func(testing.TB)) ending {
 	r := &recorder{TB: t}
 	done := make(chan struct{})
 	go func() {
@@ -43,18 +63,18 @@ func Catch(t testing.TB, helper func(testing.TB)) Ending {
 
 type recorder struct {
 	testing.TB
-	end Ending
+	end ending
 }
 
-func (r *recorder) Fatal(args ...any) { r.stop(Ending{Failed: true, Msg: fmt.Sprint(args...)}) }
+func (r *recorder) Fatal(args ...any) { r.stop(ending{failed: true, msg: fmt.Sprint(args...)}) }
 func (r *recorder) Fatalf(format string, args ...any) {
-	r.stop(Ending{Failed: true, Msg: fmt.Sprintf(format, args...)})
+	r.stop(ending{failed: true, msg: fmt.Sprintf(format, args...)})
 }
 func (r *recorder) Skipf(format string, args ...any) {
-	r.stop(Ending{Skipped: true, Msg: fmt.Sprintf(format, args...)})
+	r.stop(ending{skipped: true, msg: fmt.Sprintf(format, args...)})
 }
 
-func (r *recorder) stop(e Ending) {
+func (r *recorder) stop(e ending) {
 	r.end = e
 	runtime.Goexit()
 }

@@ -1,30 +1,33 @@
-package childproctest_test
+package childproctest
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
-	"quorumlock.dev/internal/childproc/childproctest"
 )
 
 func TestMissing(t *testing.T) {
 	for _, ci := range []string{"true", "false", ""} {
 		t.Run("CI="+ci, func(t *testing.T) {
 			t.Setenv("CI", ci)
-			end := childproctest.Catch(t, func(t testing.TB) {
-				childproctest.Missing(t, errors.New("server not found"), "apt-get install server")
+			end := catch(t, func(t testing.TB) {
+				Missing(t, errors.New("server not found"), "apt-get install server")
 			})
-			assert.Equal(t, ci == "true", end.Failed, "fails in CI")
-			assert.Equal(t, ci != "true", end.Skipped, "skips outside CI")
-			assert.Contains(t, end.Msg, "server not found")
-			assert.Contains(t, end.Msg, "apt-get install server")
+			assert.Equal(t, ci == "true", end.failed, "fails in CI")
+			assert.Equal(t, ci != "true", end.skipped, "skips outside CI")
+			assert.Contains(t, end.msg, "server not found")
+			assert.Contains(t, end.msg, "apt-get install server")
 		})
 	}
 }
 
+func TestCheckMissing(t *testing.T) {
+	CheckMissing(t, "apt-get install server", map[string]func(testing.TB){
+		"Missing": func(t testing.TB) { Missing(t, errors.New("server not found"), "apt-get install server") },
+	})
+}
+
 func TestCatchNormalReturn(t *testing.T) {
-	end := childproctest.Catch(t, func(testing.TB) {})
-	assert.Equal(t, childproctest.Ending{}, end)
+	assert.Equal(t, ending{}, catch(t, func(testing.TB) {}))
 }
