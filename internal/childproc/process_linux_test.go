@@ -56,7 +56,8 @@ func TestPauseResumeKill(t *testing.T) {
 	assert.Equal(t, byte('T'), state(t, p.Pid()))
 	assert.Equal(t, byte('T'), state(t, kids[0]), "the child is paused too")
 	require.NoError(t, p.Resume())
-	assert.NotEqual(t, byte('T'), state(t, kids[0]))
+	// SIGCONT takes effect after kill(2) returned.
+	assert.Eventually(t, func() bool { return state(t, kids[0]) != 'T' }, 2*time.Second, time.Millisecond)
 
 	p.Kill()
 	assert.Eventually(t, func() bool { _, _, ok := stat(kids[0]); return !ok }, 2*time.Second, 10*time.Millisecond, "the child is killed")
