@@ -1,7 +1,8 @@
-// Package childproc holds what the harnesses that run server processes for
-// tests and benchmarks (redisserver, pgserver, the benchmark CLI) share: a
-// free loopback port, and the end of a server's log for an error message.
-// It starts no process itself.
+// Package childproc supervises the server processes that tests and benchmarks run
+// (redisserver, pgserver, the benchmark CLI): [Start] runs one on a free loopback port, in a
+// process group of its own, waits until it is ready, and returns a [Process] to pause, kill and
+// stop it. It knows no server's arguments or protocol; its errors carry no package prefix, the
+// callers add theirs.
 package childproc
 
 import (
@@ -26,10 +27,10 @@ func FreePort() (int, error) {
 	return port, nil
 }
 
-// LogSince returns what the file at path gained since offset from, at most
+// logSince returns what the file at path gained since offset from, at most
 // its last limit bytes; a read failure is returned as the text, since the
 // caller only puts it in an error message.
-func LogSince(path string, from, limit int64) string {
+func logSince(path string, from, limit int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()

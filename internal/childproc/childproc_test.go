@@ -22,7 +22,7 @@ func TestFreePort(t *testing.T) {
 func TestLogSince(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "server.log")
 	require.NoError(t, os.WriteFile(path, []byte("old line\nnew line\n"), 0o600))
-	assert.Equal(t, "new line\n", LogSince(path, 9, 100))
-	assert.Equal(t, "line\n", LogSince(path, 9, 5), "at most limit bytes, from the end")
-	assert.Contains(t, LogSince(filepath.Join(t.TempDir(), "missing"), 0, 10), "no such file")
+	assert.Equal(t, "new line\n", logSince(path, 9, 100))
+	assert.Equal(t, "line\n", logSince(path, 9, 5), "at most limit bytes, from the end")
+	assert.Contains(t, logSince(filepath.Join(t.TempDir(), "missing"), 0, 10), "no such file")
 }

@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"quorumlock.dev/internal/childproc/childproctest"
 	"quorumlock.dev/internal/pgserver"
 )
 
@@ -118,12 +118,7 @@ func Need(t testing.TB) {
 
 func missing(t testing.TB, err error) {
 	t.Helper()
-	const install = "apt-get install postgresql, and put its bin dir (/usr/lib/postgresql/<version>/bin) on PATH"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("pgtest: %v; CI must install it (%s)", err, install)
-	}
-	// Outside CI only: under CI=true the line above fails instead.
-	t.Skipf("pgtest: %v; install it (%s) to run this test (outside CI only: CI=true fails)", err, install)
+	childproctest.Missing(t, err, "apt-get install postgresql, and put its bin dir (/usr/lib/postgresql/<version>/bin) on PATH")
 }
 
 var databases atomic.Uint64

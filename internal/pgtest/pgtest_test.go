@@ -3,7 +3,6 @@ package pgtest_test
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/internal/childproc/childproctest"
 	"quorumlock.dev/internal/pgtest"
 )
 
@@ -76,44 +76,9 @@ func TestStart(t *testing.T) {
 	require.NoError(t, pgtest.Pool(t, srv.DSN("postgres")).Ping(t.Context()))
 }
 
-// recorder records how a helper ended the test instead of ending the real one.
-type recorder struct {
-	testing.TB
-	failed, skipped bool
-	msg             string
-}
-
-func (r *recorder) Fatal(args ...any) { r.failed, r.msg = true, fmt.Sprint(args...); runtime.Goexit() }
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.failed, r.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (r *recorder) Skipf(format string, args ...any) {
-	r.skipped, r.msg = true, fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
 func TestMissingServer(t *testing.T) {
-	starts := map[string]func(testing.TB){
+	childproctest.CheckMissing(t, "apt-get install postgresql", map[string]func(testing.TB){
 		"Start": func(t testing.TB) { pgtest.Start(t) },
 		"Need":  pgtest.Need,
-	}
-	for name, start := range starts {
-		for _, ci := range []string{"true", ""} {
-			t.Run(fmt.Sprintf("%s/CI=%s", name, ci), func(t *testing.T) {
-				t.Setenv("PATH", t.TempDir())
-				t.Setenv("CI", ci)
-				r := &recorder{TB: t}
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					start(r)
-				}()
-				<-done
-				assert.Equal(t, ci == "true", r.failed, "fails in CI")
-				assert.Equal(t, ci != "true", r.skipped, "skips outside CI")
-				assert.Contains(t, r.msg, "apt-get install postgresql")
-			})
-		}
-	}
+	})
 }

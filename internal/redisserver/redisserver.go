@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,11 +29,7 @@ var ErrNotInstalled = errors.New("redisserver: redis-server not found on PATH")
 const (
 	readyTimeout = 5 * time.Second
 	stopTimeout  = 2 * time.Second
-	// startAttempts bounds the retries when another process takes the port between the moment
-	// it was found free and the moment redis-server binds it.
-	startAttempts = 3
-	logName       = "redis.log"
-	logTailBytes  = 2 << 10
+	logName      = "redis.log"
 )
 
 // Options configures [Start]. The zero value starts a server with a fresh temporary data dir.
@@ -55,19 +50,10 @@ type Server struct {
 	args   []string
 	dir    string
 	ownDir bool
-	port   int
+	port   int // 0 until the first run bound one
 
-	mu     sync.Mutex
-	proc   *proc // the latest process; nil only while Start runs
-	paused bool
-}
-
-// proc is one run of redis-server. Exactly one goroutine calls cmd.Wait, so that the process is
-// reaped once; everyone else learns of its exit from done.
-type proc struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error // valid once done is closed
+	mu   sync.Mutex
+	proc *childproc.Process // the latest run; nil only while Start runs
 }
 
 // Start runs redis-server in the foreground on a free loopback port and returns once the server
@@ -103,17 +89,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if s.port, err = childproc.FreePort(); err != nil {
-			break
-		}
-		var busy bool
-		if busy, err = s.launch(ctx); err == nil || !busy {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.launch(ctx); err != nil {
 		if s.ownDir {
 			_ = os.RemoveAll(s.dir)
 		}
@@ -122,85 +98,48 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	return s, nil
 }
 
-// launch starts a process on s.port and waits until it answers. busy reports that it failed
-// because the port was taken. The caller holds s.mu.
-func (s *Server) launch(ctx context.Context) (busy bool, err error) {
+// launch starts a process, on s.port once one was chosen, and waits until it answers. The
+// caller holds s.mu.
+func (s *Server) launch(ctx context.Context) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return false, fmt.Errorf("redisserver: %w", err)
+		return fmt.Errorf("redisserver: %w", err)
 	}
 	logPath := filepath.Join(s.dir, logName)
-	// The server's stdout and stderr go to its log file: configuration errors are printed
-	// before the log file is opened, and a file needs no copying goroutine that could outlive
-	// the process.
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := childproc.Start(ctx, childproc.Spec{
+		Path: s.binary,
+		Args: func(port int) []string {
+			return append([]string{
+				"--port", strconv.Itoa(port),
+				"--bind", "127.0.0.1",
+				"--save", "",
+				"--appendonly", "no",
+				"--dir", s.dir,
+				"--logfile", logPath,
+			}, s.args...)
+		},
+		Port: s.port,
+		// Also configuration errors, which redis-server prints before it opens --logfile.
+		Log:   logPath,
+		Ready: ready,
+	})
 	if err != nil {
-		return false, fmt.Errorf("redisserver: %w", err)
+		return fmt.Errorf("redisserver: %w", err)
 	}
-	var logStart int64
-	if fi, err := logf.Stat(); err == nil {
-		logStart = fi.Size()
-	}
-	args := append([]string{
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", logPath,
-	}, s.args...)
-	// Not exec.CommandContext: ctx bounds the start, not the life of the server.
-	cmd := exec.Command(s.binary, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
-	logf.Close()
-	if err != nil {
-		return false, fmt.Errorf("redisserver: %w", err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc, s.paused = p, false
-
-	if err := waitReady(ctx, s.Addr(), p); err != nil {
-		s.kill()
-		tail := childproc.LogSince(logPath, logStart, logTailBytes)
-		busy := strings.Contains(tail, "Address already in use")
-		return busy, fmt.Errorf("redisserver: start %s on %s: %w\n--- %s ---\n%s",
-			s.binary, s.Addr(), err, logPath, tail)
-	}
-	return false, nil
+	s.proc, s.port = p, p.Port()
+	return nil
 }
 
-// waitReady polls addr until the server there answers as process p. Checking the pid matters
-// because, if another process holds the port, our server exits while the other one answers.
-func waitReady(ctx context.Context, addr string, p *proc) error {
-	const poll = 10 * time.Millisecond
-	want := strconv.Itoa(p.cmd.Process.Pid)
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	for {
-		// One probe must not use up the whole budget on a server that accepts but never
-		// answers.
-		probeCtx, cancel := context.WithTimeout(ctx, time.Second)
-		info, err := serverInfo(probeCtx, addr)
-		cancel()
-		if err == nil {
-			if info["process_id"] == want {
-				return nil
-			}
-			err = fmt.Errorf("%s is process %s, not %s", addr, info["process_id"], want)
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("redis-server exited: %v", p.waitErr)
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-tick.C:
-		}
+// ready reports whether the server on p's port answers, as process p.
+func ready(ctx context.Context, p *childproc.Process) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port()))
+	info, err := serverInfo(ctx, addr)
+	if err != nil {
+		return err
 	}
+	if want := strconv.Itoa(p.Pid()); info["process_id"] != want {
+		return fmt.Errorf("%s is process %s, not %s", addr, info["process_id"], want)
+	}
+	return nil
 }
 
 // Addr returns the server's "127.0.0.1:port" address.
@@ -216,28 +155,17 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.proc.cmd.Process.Pid
+	return s.proc.Pid()
 }
 
-// running reports whether the latest process has not exited. The caller holds s.mu.
-func (s *Server) running() bool {
-	select {
-	case <-s.proc.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Pause stops the process with SIGSTOP. The kernel still accepts connections to a paused
-// server; only replies stop.
+// Pause stops the process, and a child it forked for a background save, with SIGSTOP. The
+// kernel still accepts connections to a paused server; only replies stop.
 func (s *Server) Pause() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.signal(syscall.SIGSTOP); err != nil {
-		return err
+	if err := s.proc.Pause(); err != nil {
+		return fmt.Errorf("redisserver: %s: %w", s.Addr(), err)
 	}
-	s.paused = true
 	return nil
 }
 
@@ -246,20 +174,8 @@ func (s *Server) Pause() error {
 func (s *Server) Resume() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.signal(syscall.SIGCONT); err != nil {
-		return err
-	}
-	s.paused = false
-	return nil
-}
-
-// signal sends sig to a running process. The caller holds s.mu.
-func (s *Server) signal(sig os.Signal) error {
-	if !s.running() {
-		return fmt.Errorf("redisserver: %s is not running", s.Addr())
-	}
-	if err := s.proc.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("redisserver: %w", err)
+	if err := s.proc.Resume(); err != nil {
+		return fmt.Errorf("redisserver: %s: %w", s.Addr(), err)
 	}
 	return nil
 }
@@ -269,25 +185,8 @@ func (s *Server) signal(sig os.Signal) error {
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.kill()
+	s.proc.Kill()
 	return nil
-}
-
-// kill is Kill with s.mu held.
-func (s *Server) kill() {
-	if !s.running() {
-		return
-	}
-	killGroup(s.proc.cmd.Process)
-	<-s.proc.done
-	s.paused = false
-}
-
-// killGroup sends SIGKILL to the process group led by p, falling back to p alone.
-func killGroup(p *os.Process) {
-	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err != nil {
-		_ = p.Kill()
-	}
 }
 
 // Restart starts the server again on the same port and dir, with the same arguments, after
@@ -295,13 +194,14 @@ func killGroup(p *os.Process) {
 func (s *Server) Restart(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running() {
+	select {
+	case <-s.proc.Done():
+	default:
 		return fmt.Errorf("redisserver: restart %s: still running", s.Addr())
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	_, err := s.launch(ctx)
-	return err
+	return s.launch(ctx)
 }
 
 // Stop shuts the server down with SIGTERM, escalating to SIGKILL after 2 s, and removes the
@@ -309,19 +209,7 @@ func (s *Server) Restart(ctx context.Context) error {
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running() {
-		// A stopped process would hold SIGTERM until the timeout ran out.
-		if s.paused {
-			_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
-			s.paused = false
-		}
-		_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.proc.done:
-		case <-time.After(stopTimeout):
-			s.kill()
-		}
-	}
+	s.proc.Stop(syscall.SIGTERM, stopTimeout)
 	if s.ownDir {
 		if err := os.RemoveAll(s.dir); err != nil {
 			return fmt.Errorf("redisserver: %w", err)

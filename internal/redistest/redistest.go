@@ -7,7 +7,6 @@ package redistest
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"quorumlock.dev/internal/childproc/childproctest"
 	"quorumlock.dev/internal/redisserver"
 )
 
@@ -78,11 +78,7 @@ func Need(t testing.TB) {
 
 func missing(t testing.TB, err error) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("redistest: %v; CI must install it (apt-get install redis-server)", err)
-	}
-	// Outside CI only: under CI=true the line above fails instead.
-	t.Skipf("redistest: %v; install it (apt-get install redis-server) to run this test (outside CI only: CI=true fails)", err)
+	childproctest.Missing(t, err, "apt-get install redis-server")
 }
 
 // Client returns a client for addr that is closed when the test ends. It never retries, so

@@ -1,4 +1,4 @@
-package pgserver
+package childproc
 
 import (
 	"bytes"
@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// sysProcAttr runs a child as cred (nil: as ourselves), in a process group of its own so that
-// a terminal's ^C reaches only the test binary, and asks the kernel to kill it if our process
-// dies without calling Stop (a test binary that panics or times out must not leave servers
-// behind). The postmaster's children notice its death and exit on their own. The kernel ties
-// Pdeathsig to the forking OS thread, which Go ends only when a goroutine exits while locked
-// to it; nothing here locks threads. Go sets Pdeathsig after switching to cred, so the switch
-// does not clear it.
-func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+// SysProcAttr is what [Start] gives a process, for a helper command the caller runs itself: a
+// process group of its own, the user cred (nil: ourselves), and SIGKILL from the kernel if our
+// process dies without stopping it (a test binary that panics or times out must not leave
+// servers behind).
+func SysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	// The kernel ties Pdeathsig to the forking OS thread, which Go ends only when a goroutine
+	// exits while locked to it; nothing here locks threads. Go sets Pdeathsig after switching
+	// to cred, so the switch does not clear it.
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 }
 
@@ -41,8 +41,8 @@ func stat(pid int) (state byte, ppid int, ok bool) {
 	return f[0][0], ppid, true
 }
 
-// children returns the pids of the processes whose parent is pid. Each child of a postmaster
-// calls setsid, so a process group does not reach them; their parent pid does.
+// children returns the pids of the processes whose parent is pid. A server's children may call
+// setsid (a postmaster's do), so a process group does not reach them; their parent pid does.
 func children(pid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
