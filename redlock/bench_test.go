@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/internal/quorum"
 )
 
 // Benchmarks on real redis-server processes started on loopback ports.

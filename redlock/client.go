@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
 )

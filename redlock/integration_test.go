@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/internal/faultproxy"
+	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/internal/quorum"
 )
 
 // patientClient has go-redis timeouts far longer than the lock's node

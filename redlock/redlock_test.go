@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/clockdrift"
 )
 
 // TestQuorumMatrix: for every split of N masters into free, held by another
