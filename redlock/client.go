@@ -60,6 +60,7 @@ type Client struct {
 	epoch   time.Time // origin of nanos
 	clock   clock
 	quorum  int
+	group   quorum.Group // every round: all masters, a majority, the node timeout
 	cfg     config
 }
 
@@ -90,6 +91,7 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		epoch:   time.Now(),
 		clock:   systemClock{},
 		quorum:  quorum.Majority(len(masters)),
+		group:   quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
 		cfg:     cfg,
 	}
 	seen := make(map[string]int, len(masters))
@@ -248,7 +250,7 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
 
 	start, boot := c.clock.now()
-	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
+	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
@@ -268,7 +270,7 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
 
-	if round.Agreed < c.quorum {
+	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
 		return nil, c.roundError(ctx, round, released)
 	}

@@ -304,7 +304,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	ttl = ttl.Truncate(time.Millisecond)
 	ms := ttl.Milliseconds()
 	start, boot := c.clock.now()
-	round := quorum.Do(ctx, len(c.masters), c.quorum, c.cfg.nodeTimeout, func(ctx context.Context, i int) (bool, error) {
+	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
@@ -317,7 +317,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	deadline, deadlineBoot := start.Add(lease), boot+lease
 	var err error
 	switch {
-	case round.Agreed < c.quorum:
+	case round.Count(quorum.Agreed) < c.quorum:
 		var errs []error
 		for i := range c.masters {
 			if e := round.Err(i); e != nil {

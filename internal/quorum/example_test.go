@@ -11,7 +11,7 @@ import (
 	"quorumlock.dev/internal/quorum"
 )
 
-func ExampleDo() {
+func ExampleGroup_Do() {
 	// Nodes 0, 1 and 2 agree at once. Nodes 3 and 4 would refuse, but they
 	// are slow: they answer only after Do has returned, so Do, which decides
 	// as soon as a majority agreed, reports them as pending. The round did
@@ -31,9 +31,9 @@ func ExampleDo() {
 	}
 
 	const nodes = 5
-	r := quorum.Do(context.Background(), nodes, quorum.Majority(nodes), time.Second, call)
-	fmt.Println("majority agreed:", r.Agreed >= quorum.Majority(nodes))
-	fmt.Printf("agreed %d, refused %d, failed %d, pending %d\n", r.Agreed, r.Refused, r.Failed, r.Pending)
+	r := quorum.Group{Nodes: nodes, Need: quorum.Majority(nodes), Timeout: time.Second}.Do(context.Background(), call)
+	fmt.Println("majority agreed:", r.Count(quorum.Agreed) >= quorum.Majority(nodes))
+	fmt.Printf("agreed %d, refused %d, failed %d, pending %d\n", r.Count(quorum.Agreed), r.Count(quorum.Refused), r.Count(quorum.Failed), r.Count(quorum.Pending))
 	fmt.Println("timed out:", r.TimedOut, "unanswered:", r.Unanswered())
 	fmt.Println("node 4 pending:", r.Answer(4) == quorum.Pending, "error:", r.Err(4))
 	// Output:
@@ -61,7 +61,7 @@ func ExampleRound_Unanswered() {
 	}
 
 	const nodes = 3
-	r := quorum.Do(context.Background(), nodes, quorum.Majority(nodes), 100*time.Millisecond, call)
+	r := quorum.Group{Nodes: nodes, Need: quorum.Majority(nodes), Timeout: 100 * time.Millisecond}.Do(context.Background(), call)
 	fmt.Println("timed out:", r.TimedOut, "unanswered:", r.Unanswered())
 	for i := range r.Nodes() {
 		fmt.Printf("node %d: %v\n", i, r.Err(i))
@@ -89,8 +89,8 @@ func ExampleRound_Undo() {
 	}
 
 	const nodes = 5
-	r := quorum.Do(context.Background(), nodes, quorum.Majority(nodes), 200*time.Millisecond, call)
-	fmt.Println("majority agreed:", r.Agreed >= quorum.Majority(nodes))
+	r := quorum.Group{Nodes: nodes, Need: quorum.Majority(nodes), Timeout: 200 * time.Millisecond}.Do(context.Background(), call)
+	fmt.Println("majority agreed:", r.Count(quorum.Agreed) >= quorum.Majority(nodes))
 
 	var (
 		mu     sync.Mutex

@@ -29,12 +29,13 @@ const (
 	Failed                // the call returned an error
 )
 
-// Round is the outcome of [Do]. Its counts and per-node answers are final
+// Round is the outcome of [Group.Do]. Its counts and per-node answers are final
 // when Do returns; calls still running then are Pending and stay so.
 type Round struct {
-	Agreed, Refused, Failed, Pending int
 	// TimedOut is true when the round ended because its timeout passed.
 	TimedOut bool
+
+	agreed, refused, failed, pending int
 
 	nodes    []node
 	deadline time.Time       // start + timeout
@@ -82,6 +83,19 @@ func (r *Round) Result(node int) (agreed bool, err error) {
 	return c.agreed, c.err
 }
 
+// Count is the number of nodes that gave answer a.
+func (r *Round) Count(a Answer) int {
+	switch a {
+	case Agreed:
+		return r.agreed
+	case Refused:
+		return r.refused
+	case Failed:
+		return r.failed
+	}
+	return r.pending
+}
+
 // Answer reports what node said.
 func (r *Round) Answer(node int) Answer { return r.nodes[node].answer }
 
@@ -95,9 +109,9 @@ func (r *Round) Err(node int) error { return r.nodes[node].err }
 // Unanswered counts the nodes that failed or did not answer in time (or
 // before the context ended): the nodes known to be unavailable.
 func (r *Round) Unanswered() int {
-	n := r.Failed
+	n := r.failed
 	if r.TimedOut || r.ctxEnded() {
-		n += r.Pending
+		n += r.pending
 	}
 	return n
 }
@@ -114,17 +128,24 @@ func (r *Round) ctxEnded() bool {
 // Nodes is the number of nodes in the round.
 func (r *Round) Nodes() int { return len(r.nodes) }
 
-// Do runs call on nodes 0..n-1 concurrently and returns when one of these
-// holds: need nodes agreed; so many refused or failed that need can no
-// longer be reached; every node answered; timeout passed; ctx ended. A need
-// of zero or less, or more than n, waits for every node (still bounded by
-// timeout and ctx).
+// Group is a set of nodes and what a round over them needs. The zero Need
+// (or one above Nodes) waits for every node, still bounded by Timeout.
+type Group struct {
+	Nodes   int           // nodes 0..Nodes-1
+	Need    int           // agreements that decide the round
+	Timeout time.Duration // the round's bound
+}
+
+// Do runs call on the group's nodes concurrently and returns when one of
+// these holds: Need nodes agreed; so many refused or failed that Need can no
+// longer be reached; every node answered; Timeout passed; ctx ended.
 //
 // Each call gets one context shared by the round: ctx with the round's
 // deadline (its start plus timeout), so a client that honours deadlines
 // gives up in time. Do enforces the timeout itself too, so it holds for
 // clients that ignore deadlines; such a call keeps running after the round.
-func Do(ctx context.Context, n, need int, timeout time.Duration, call Call) *Round {
+func (g Group) Do(ctx context.Context, call Call) *Round {
+	n, need, timeout := g.Nodes, g.Need, g.Timeout
 	waitAll := need <= 0 || need > n
 	r := &Round{nodes: make([]node, n), deadline: time.Now().Add(timeout)}
 	if n == 0 {
@@ -150,7 +171,7 @@ wait:
 				break wait
 			}
 			r.record(res)
-			if !waitAll && (r.Agreed >= need || r.Refused+r.Failed > n-need) {
+			if !waitAll && (r.agreed >= need || r.refused+r.failed > n-need) {
 				break wait
 			}
 		case <-r.calls.Done():
@@ -177,7 +198,7 @@ wait:
 		if n.answer != Pending {
 			continue
 		}
-		r.Pending++
+		r.pending++
 		switch {
 		case ctxErr != nil:
 			n.err = ctxErr
@@ -199,13 +220,13 @@ func (r *Round) record(res result) {
 	switch {
 	case res.err != nil:
 		n.answer, n.err = Failed, res.err
-		r.Failed++
+		r.failed++
 	case res.agreed:
 		n.answer = Agreed
-		r.Agreed++
+		r.agreed++
 	default:
 		n.answer = Refused
-		r.Refused++
+		r.refused++
 	}
 }
 

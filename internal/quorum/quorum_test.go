@@ -99,7 +99,9 @@ func returnsWithin(d time.Duration, f func()) bool {
 // counts is the tally of a round, for comparing in one assertion.
 type counts struct{ Agreed, Refused, Failed, Pending int }
 
-func countsOf(r *Round) counts { return counts{r.Agreed, r.Refused, r.Failed, r.Pending} }
+func countsOf(r *Round) counts {
+	return counts{r.Count(Agreed), r.Count(Refused), r.Count(Failed), r.Count(Pending)}
+}
 
 // tally counts r's per-node answers, which must agree with its counts.
 func tally(r *Round) counts {
@@ -136,9 +138,9 @@ func assertEnded(t assert.TestingT, r *Round, timedOut bool, pending error) {
 			assert.Equal(t, pending, r.Err(i), "node %d is pending", i)
 		}
 	}
-	unanswered := r.Failed
+	unanswered := r.Count(Failed)
 	if pending != nil {
-		unanswered += r.Pending
+		unanswered += r.Count(Pending)
 	}
 	assert.Equal(t, unanswered, r.Unanswered(), "Unanswered of %+v", countsOf(r))
 }
@@ -183,19 +185,19 @@ func TestDoSplits(t *testing.T) {
 
 					var r *Round
 					require.True(t, returnsWithin(prompt, func() {
-						r = Do(context.Background(), n, need, long, s.call(nil))
+						r = Group{Nodes: n, Need: need, Timeout: long}.Do(context.Background(), s.call(nil))
 					}), "Do did not return")
 
 					require.Equal(t, n, r.Nodes())
-					assert.Equal(t, agreed >= need, r.Agreed >= need, "decision")
+					assert.Equal(t, agreed >= need, r.Count(Agreed) >= need, "decision")
 					if agreed < need {
-						assert.Greater(t, r.Refused+r.Failed, n-need, "Do returned before need became unreachable")
+						assert.Greater(t, r.Count(Refused)+r.Count(Failed), n-need, "Do returned before need became unreachable")
 					}
 					assert.Equal(t, tally(r), countsOf(r))
-					assert.Equal(t, n, r.Agreed+r.Refused+r.Failed+r.Pending)
-					assert.LessOrEqual(t, r.Agreed, agreed)
-					assert.LessOrEqual(t, r.Refused, refused)
-					assert.LessOrEqual(t, r.Failed, failed)
+					assert.Equal(t, n, r.Count(Agreed)+r.Count(Refused)+r.Count(Failed)+r.Count(Pending))
+					assert.LessOrEqual(t, r.Count(Agreed), agreed)
+					assert.LessOrEqual(t, r.Count(Refused), refused)
+					assert.LessOrEqual(t, r.Count(Failed), failed)
 					for i := range n {
 						if got := r.Answer(i); got != Pending {
 							assert.Equal(t, s[i], got, "node %d", i)
@@ -241,7 +243,7 @@ func TestDoReturnsOnceDecided(t *testing.T) {
 			// The blocked calls return only when g opens, after Do returned:
 			// a Do that waited for them would never return.
 			require.True(t, returnsWithin(prompt, func() {
-				r = Do(context.Background(), len(tt.s), tt.need, long, tt.s.call(g))
+				r = Group{Nodes: len(tt.s), Need: tt.need, Timeout: long}.Do(context.Background(), tt.s.call(g))
 			}), "Do waited for a blocked node")
 			g.open()
 
@@ -296,7 +298,7 @@ func TestDoTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGate(t)
 			start := time.Now()
-			r := Do(context.Background(), n, Majority(n), short, tt.call(g))
+			r := Group{Nodes: n, Need: Majority(n), Timeout: short}.Do(context.Background(), tt.call(g))
 			elapsed := time.Since(start)
 			g.open()
 
@@ -312,7 +314,7 @@ func TestDoTimeout(t *testing.T) {
 				assert.Equal(t, Pending, r.Answer(i), "node %d", i)
 			}
 			assertEnded(t, r, true, ErrTimeout)
-			assert.Equal(t, n-r.Agreed-r.Refused, r.Unanswered(), "the nodes that did not answer in time are unanswered")
+			assert.Equal(t, n-r.Count(Agreed)-r.Count(Refused), r.Unanswered(), "the nodes that did not answer in time are unanswered")
 		})
 	}
 }
@@ -376,7 +378,7 @@ func TestDoContext(t *testing.T) {
 
 			var r *Round
 			require.True(t, returnsWithin(prompt, func() {
-				r = Do(ctx, n, Majority(n), long, call)
+				r = Group{Nodes: n, Need: Majority(n), Timeout: long}.Do(ctx, call)
 			}), "Do did not return when ctx ended")
 			g.open()
 
@@ -397,15 +399,15 @@ func TestDoContext(t *testing.T) {
 		cancel()
 		var r *Round
 		require.True(t, returnsWithin(prompt, func() {
-			r = Do(ctx, 1, 1, long, func(ctx context.Context, _ int) (bool, error) {
+			r = Group{Nodes: 1, Need: 1, Timeout: long}.Do(ctx, func(ctx context.Context, _ int) (bool, error) {
 				<-ctx.Done()
 				return false, ctx.Err()
 			})
 		}), "Do did not return")
 		// Whether Do saw the call's error or ctx end first, the node's error
 		// is the context's and the node is unanswered.
-		assert.Equal(t, 0, r.Agreed+r.Refused)
-		assert.Equal(t, 1, r.Failed+r.Pending)
+		assert.Equal(t, 0, r.Count(Agreed)+r.Count(Refused))
+		assert.Equal(t, 1, r.Count(Failed)+r.Count(Pending))
 		assert.ErrorIs(t, r.Err(0), context.Canceled)
 		assert.False(t, r.TimedOut)
 		assert.Equal(t, 1, r.Unanswered())
@@ -491,7 +493,7 @@ func TestUnanswered(t *testing.T) {
 
 			var r *Round
 			require.True(t, returnsWithin(prompt, func() {
-				r = Do(ctx, n, tt.need, tt.timeout, call)
+				r = Group{Nodes: n, Need: tt.need, Timeout: tt.timeout}.Do(ctx, call)
 			}), "Do did not return")
 			g.open()
 
@@ -507,12 +509,12 @@ func TestUnanswered(t *testing.T) {
 				assert.Equal(t, tt.unanswered, r.Unanswered())
 			case timedOut:
 				assertEnded(t, r, true, ErrTimeout)
-				assert.Equal(t, n-r.Agreed-r.Refused, r.Unanswered())
+				assert.Equal(t, n-r.Count(Agreed)-r.Count(Refused), r.Unanswered())
 				assert.GreaterOrEqual(t, r.Unanswered(), tt.unanswered)
 			case ctxEnded:
 				require.Error(t, ctx.Err())
 				assertEnded(t, r, false, ctx.Err())
-				assert.Equal(t, n-r.Agreed-r.Refused, r.Unanswered())
+				assert.Equal(t, n-r.Count(Agreed)-r.Count(Refused), r.Unanswered())
 				assert.GreaterOrEqual(t, r.Unanswered(), tt.unanswered)
 			}
 		})
@@ -534,7 +536,7 @@ func TestRoundReadWhileLateCallsReturn(t *testing.T) {
 		}
 		return s.answer(g, node)
 	}
-	r := Do(context.Background(), n, 2, long, call)
+	r := Group{Nodes: n, Need: 2, Timeout: long}.Do(context.Background(), call)
 	require.Equal(t, counts{Agreed: 2, Pending: 3}, countsOf(r))
 
 	g.open()
@@ -573,7 +575,7 @@ func TestDoNeedOutOfRange(t *testing.T) {
 
 				var r *Round
 				require.True(t, returnsWithin(prompt, func() {
-					r = Do(context.Background(), n, need, long, s.call(g))
+					r = Group{Nodes: n, Need: need, Timeout: long}.Do(context.Background(), s.call(g))
 				}), "Do did not return")
 
 				require.Equal(t, tt.want, countsOf(r), "Do returned before every node answered")
@@ -591,7 +593,7 @@ func TestDoNoNodes(t *testing.T) {
 	for _, need := range []int{-1, 0, 1} {
 		t.Run(fmt.Sprintf("need=%d", need), func(t *testing.T) {
 			var calls atomic.Int32
-			r := Do(context.Background(), 0, need, long, func(context.Context, int) (bool, error) {
+			r := Group{Nodes: 0, Need: need, Timeout: long}.Do(context.Background(), func(context.Context, int) (bool, error) {
 				calls.Add(1)
 				return true, nil
 			})
@@ -652,7 +654,7 @@ func TestUndo(t *testing.T) {
 
 			var r *Round
 			require.True(t, returnsWithin(prompt, func() {
-				r = Do(context.Background(), n, tt.need, tt.timeout, call)
+				r = Group{Nodes: n, Need: tt.need, Timeout: tt.timeout}.Do(context.Background(), call)
 			}), "Do did not return")
 			require.True(t, returnsWithin(prompt, func() { r.Undo(context.Background(), long, undo) }), "Undo did not return")
 
@@ -764,7 +766,7 @@ func TestUndoWaitsForResponsiveCalls(t *testing.T) {
 			n := len(s)
 			g := newGate(t)
 			u := newUndoRecorder(n)
-			r := Do(context.Background(), n, 1, tt.timeout, u.call(s, g))
+			r := Group{Nodes: n, Need: 1, Timeout: tt.timeout}.Do(context.Background(), u.call(s, g))
 			afterDo := time.Now() // no earlier than the start of Do
 			require.Equal(t, counts{Agreed: 1, Pending: 2}, countsOf(r))
 
@@ -812,7 +814,7 @@ func TestUndoDoesNotWaitPastDeadline(t *testing.T) {
 	g := newGate(t)
 	u := newUndoRecorder(n)
 	start := time.Now()
-	r := Do(context.Background(), n, Majority(n), brief, u.call(s, g))
+	r := Group{Nodes: n, Need: Majority(n), Timeout: brief}.Do(context.Background(), u.call(s, g))
 	require.Equal(t, Pending, r.Answer(3))
 
 	var atReturn []int32
@@ -842,7 +844,7 @@ func TestUndoLateCallDoesNotReleaseUndo(t *testing.T) {
 	n := len(s)
 	calls, undos := newGate(t), newGate(t)
 	u := newUndoRecorder(n)
-	r := Do(context.Background(), n, 1, brief, u.call(s, calls))
+	r := Group{Nodes: n, Need: 1, Timeout: brief}.Do(context.Background(), u.call(s, calls))
 	afterDo := time.Now() // no earlier than the start of Do
 	require.Equal(t, counts{Agreed: 1, Pending: 1}, countsOf(r))
 
@@ -887,7 +889,7 @@ func TestUndoLateCallDoesNotReleaseUndo(t *testing.T) {
 func TestUndoTimeout(t *testing.T) {
 	const n = 3
 	s := script{Refused, Refused, Refused}
-	r := Do(context.Background(), n, 0, long, s.call(nil))
+	r := Group{Nodes: n, Need: 0, Timeout: long}.Do(context.Background(), s.call(nil))
 	require.Equal(t, counts{Refused: n}, countsOf(r), "not every call returned")
 
 	g := newGate(t)
@@ -926,7 +928,7 @@ func TestUndoTimeoutOnceCallsReturned(t *testing.T) {
 	n := len(s)
 	calls, undos := newGate(t), newGate(t)
 	u := newUndoRecorder(n)
-	r := Do(context.Background(), n, 1, long, u.call(s, calls))
+	r := Group{Nodes: n, Need: 1, Timeout: long}.Do(context.Background(), u.call(s, calls))
 	require.Equal(t, counts{Agreed: 1, Pending: 1}, countsOf(r))
 
 	undoBegun, lastUndone := make(chan struct{}), make(chan struct{})
@@ -1007,11 +1009,11 @@ func randomRound(t *testing.T, rng *rand.Rand) {
 	}
 
 	var r *Round
-	if !assert.True(t, returnsWithin(prompt, func() { r = Do(ctx, n, need, timeout, call) }), "Do did not return") {
+	if !assert.True(t, returnsWithin(prompt, func() { r = Group{Nodes: n, Need: need, Timeout: timeout}.Do(ctx, call) }), "Do did not return") {
 		return
 	}
 	assert.Equal(t, n, r.Nodes())
-	assert.Equal(t, n, r.Agreed+r.Refused+r.Failed+r.Pending)
+	assert.Equal(t, n, r.Count(Agreed)+r.Count(Refused)+r.Count(Failed)+r.Count(Pending))
 	assert.Equal(t, tally(r), countsOf(r))
 	firstPending := -1
 	for i := range n {
@@ -1021,7 +1023,7 @@ func randomRound(t *testing.T, rng *rand.Rand) {
 			firstPending = i
 		}
 	}
-	decided := need > 0 && need <= n && (r.Agreed >= need || r.Refused+r.Failed > n-need)
+	decided := need > 0 && need <= n && (r.Count(Agreed) >= need || r.Count(Refused)+r.Count(Failed) > n-need)
 	switch {
 	case r.TimedOut:
 		assertEnded(t, r, true, ErrTimeout)
@@ -1073,7 +1075,7 @@ func BenchmarkDo(b *testing.B) {
 			b.ReportAllocs()
 			need := Majority(n)
 			for b.Loop() {
-				sink = Do(ctx, n, need, time.Second, agree)
+				sink = Group{Nodes: n, Need: need, Timeout: time.Second}.Do(ctx, agree)
 			}
 		})
 	}
@@ -1087,14 +1089,14 @@ func TestUndoUntilStopsWhenEnough(t *testing.T) {
 	release := make(chan struct{})
 	var returnedAt, undoneAt [3]atomic.Int64
 	var seq atomic.Int64
-	r := Do(context.Background(), 3, 2, time.Minute, func(ctx context.Context, node int) (bool, error) {
+	r := Group{Nodes: 3, Need: 2, Timeout: time.Minute}.Do(context.Background(), func(ctx context.Context, node int) (bool, error) {
 		if node == 2 {
 			<-release
 		}
 		returnedAt[node].Store(seq.Add(1))
 		return true, nil
 	})
-	require.Equal(t, 2, r.Agreed)
+	require.Equal(t, 2, r.Count(Agreed))
 	done := make(chan struct{})
 	go func() {
 		r.UndoUntil(context.Background(), time.Minute, func(_ context.Context, node int) { undoneAt[node].Store(seq.Add(1)) },
@@ -1118,7 +1120,7 @@ func TestUndoUntilStopsWhenEnough(t *testing.T) {
 // Pending in the round, but its undo can read what it returned.
 func TestResultOfLateCall(t *testing.T) {
 	g := newGate(t)
-	r := Do(context.Background(), 3, 2, long, func(_ context.Context, node int) (bool, error) {
+	r := Group{Nodes: 3, Need: 2, Timeout: long}.Do(context.Background(), func(_ context.Context, node int) (bool, error) {
 		if node == 2 {
 			<-g.ch
 			return false, nodeError(2)
