@@ -127,6 +127,9 @@ func runHungLoad(tb testing.TB, hung, workers int, d time.Duration) hungLoad {
 // few more, whatever the attempt rate. Every attempt still wins, on the
 // three healthy masters.
 func TestHungMastersBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	r := runHungLoad(t, 2, 16, 1500*time.Millisecond)
 	t.Logf("attempts %d, acquired %d, goroutines: before %d, peak %d, 1 s after %d (pool %d); acquire p50 %v p99 %v",
 		r.attempts, r.acquired, r.baseline, r.peak, r.after, r.poolSize, r.p50, r.p99)

@@ -16,6 +16,9 @@ import (
 // TestFencingCommand: `redlock-bench fencing` shows the incident review's result on a
 // small run: duplicates without the fence, none with it.
 func TestFencingCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	// Node timeouts with room for the race detector's slowdown (5-10×):
 	// with 10 ms, every call missed it and the run never finished.
 	code, out, errOut := runCmd(t, "fencing", "-jobs", "3000", "-skus", "40", "-c", "16", "-ttl", "300ms",
@@ -61,6 +64,9 @@ func TestFencingBadFlags(t *testing.T) {
 // TestFencingPostgres: the same command with the storage in PostgreSQL
 // (-pg-dsn); its tables are dropped afterwards.
 func TestFencingPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	srv := pgtest.Start(t)
 	dsn := srv.DSN("postgres")
 	code, out, errOut := runCmd(t, "fencing", "-jobs", "1500", "-skus", "40", "-c", "16", "-ttl", "300ms",

@@ -338,6 +338,9 @@ func TestFenceUnavailable(t *testing.T) {
 // increase in the order the lock was held and leave no gap, and no shipment
 // is duplicated.
 func TestLoad500PerSecond(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	s := newStack(t)
 	ctx := context.Background()
 	duration := 2 * time.Second

@@ -53,6 +53,9 @@ var proofConfig = Config{
 // lease ship orders that were shipped already. The failure the incident review warns
 // about is observed here, not assumed.
 func TestUnfencedDuplicates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	res, err := Run(context.Background(), proofConfig, lockClient(t, false), NewMemoryStore())
 	require.NoError(t, err)
 	t.Logf("%+v", res)
@@ -67,6 +70,9 @@ func TestUnfencedDuplicates(t *testing.T) {
 // TestFencedNoDuplicates: the same jobs, the same pauses, with the fence:
 // every stale write is refused, no order ships twice.
 func TestFencedNoDuplicates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	res, err := Run(context.Background(), proofConfig, lockClient(t, true), NewMemoryStore())
 	require.NoError(t, err)
 	t.Logf("%+v", res)
@@ -103,6 +109,9 @@ func TestConfigValidate(t *testing.T) {
 
 // TestPGStoreProof: the same proof on PostgreSQL, with the guard's SQL.
 func TestPGStoreProof(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load run: skipped with -short")
+	}
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t)))
 	cfg := proofConfig
 	cfg.Jobs = 1500
