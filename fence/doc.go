@@ -28,7 +28,6 @@ package fence
 
 import (
 	"context"
-	"errors"
 )
 
 // Minter mints fencing tokens. Mint returns a value strictly greater than
@@ -37,15 +36,6 @@ import (
 type Minter interface {
 	Mint(ctx context.Context, resource string) (uint64, error)
 }
-
-// Errors returned by this package's counters.
-var (
-	// ErrInvalidArgument reports a bad resource name or option.
-	ErrInvalidArgument = errors.New("fence: invalid argument")
-	// ErrCounter reports a counter that holds a value that is no fencing
-	// token: not an integer, or not above zero. It is left as it was.
-	ErrCounter = errors.New("fence: counter returned an invalid value")
-)
 
 // Key is the counter key of resource: "fence:" + resource, the twin of the
 // lock key "lock:" + resource.

@@ -2,11 +2,6 @@ package fence
 
 import "quorumlock.dev/fence/internal/rejection"
 
-// ErrFenceRejected reports a write that the storage refused because it has
-// already accepted a write with a newer fence: the writer's lock is stale.
-// The write was not applied. Treat it as the lock lost, never as success.
-var ErrFenceRejected = rejection.ErrRejected
-
 // Comparison says which fences a guard admits against the one stored.
 type Comparison int
 

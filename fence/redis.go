@@ -16,35 +16,20 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 )
 
-// Incrementer is the part of a Redis client that a [RedisCounter] needs: it
-// runs the mint script on the node. *redis.Client and *redis.ClusterClient
-// satisfy it; [NewRedisCounter] refuses a *redis.Ring.
-//
-// [RedisCounter.CheckDurability] needs more (CONFIG GET, INFO); it looks for
-// it at run time, so that a counter on a node that refuses those commands
-// can still mint.
-type Incrementer interface {
+// CounterNode is the part of a Redis client that a [RedisCounter] needs:
+// scripts for the mint and the seed, CONFIG GET and INFO for
+// [RedisCounter.CheckDurability]. *redis.Client and *redis.ClusterClient
+// satisfy it; [NewRedisCounter] refuses a *redis.Ring. A node whose server
+// refuses CONFIG (managed services often do) can still mint.
+type CounterNode interface {
 	redis.Scripter
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+	Info(ctx context.Context, section ...string) *redis.StringCmd
 }
 
 var (
-	_ Incrementer = (*redis.Client)(nil)
-	_ Incrementer = (*redis.ClusterClient)(nil)
-)
-
-var (
-	// ErrNotDurable reports a counter node that may lose acknowledged
-	// mints, or whose settings could not be read to rule that out. A lost
-	// counter restarts from the node's clock (see [RedisCounter.Mint]), which
-	// is safe only while that clock does not go back.
-	ErrNotDurable = errors.New("fence: counter node may lose fences")
-	// ErrCounterRegressed reports a counter that answered with a value no
-	// larger than one this process had already minted for the resource: the
-	// key came back older (its node's clock went back across a loss, a
-	// failover to a lagging replica, a hand-written value). No fence is
-	// returned, and this counter mints none for the resource until
-	// [RedisCounter.Seed] raises it.
-	ErrCounterRegressed = errors.New("fence: counter went backwards")
+	_ CounterNode = (*redis.Client)(nil)
+	_ CounterNode = (*redis.ClusterClient)(nil)
 )
 
 // DefaultTimeout bounds one call to the counter node (one mint, one seed,
@@ -69,7 +54,7 @@ var (
 // freed: it grows with the number of distinct resources minted in the
 // process, by a few tens of bytes plus the length of the name for each.
 type RedisCounter struct {
-	node    Incrementer
+	node    CounterNode
 	timeout time.Duration
 
 	// mu guards the map, not the marks in it: a resource seen before costs a
@@ -104,7 +89,7 @@ func WithTimeout(d time.Duration) CounterOption {
 // lock's masters. A *redis.Ring gives [ErrInvalidArgument]: it moves keys to
 // another shard when one is marked down, so it is no single authoritative
 // node.
-func NewRedisCounter(node Incrementer, opts ...CounterOption) (*RedisCounter, error) {
+func NewRedisCounter(node CounterNode, opts ...CounterOption) (*RedisCounter, error) {
 	if nilcheck.Is(node) {
 		return nil, fmt.Errorf("%w: nil counter node", ErrInvalidArgument)
 	}
@@ -123,7 +108,7 @@ func NewRedisCounter(node Incrementer, opts ...CounterOption) (*RedisCounter, er
 
 // Node is the client of the node the counter lives on. The redlock package
 // uses it to refuse a counter that lives on one of the lock's masters.
-func (c *RedisCounter) Node() Incrementer { return c.node }
+func (c *RedisCounter) Node() CounterNode { return c.node }
 
 // Mint returns the next fence of resource: its counter plus one, or, when
 // the key is missing (a new resource or a lost key), the node's clock in
@@ -197,7 +182,7 @@ func (c *RedisCounter) mark(resource string) *mark {
 }
 
 type mintCall struct {
-	node Incrementer
+	node CounterNode
 	key  string
 }
 
@@ -225,16 +210,6 @@ func mint(ctx context.Context, a mintCall) (mintReply, error) {
 	return mintReply{bad: fmt.Sprintf("unexpected reply %v (%T)", v, v)}, nil
 }
 
-// configReader is what [RedisCounter.CheckDurability] needs beyond
-// [Incrementer]. It is not part of Incrementer because managed Redis services
-// often rename or disable CONFIG, and such a node can still count.
-type configReader interface {
-	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
-	Info(ctx context.Context, section ...string) *redis.StringCmd
-}
-
-var _ configReader = (*redis.Client)(nil)
-
 // durable lists the settings under which a node keeps every mint it
 // acknowledged: each write reaches the append-only file, fsynced, before the
 // reply, also while the file is rewritten, and a full memory refuses writes
@@ -253,11 +228,7 @@ var durable = [...]struct{ name, want string }{
 // [ErrNotDurable] that names on one line each wrong setting. Run it at
 // startup. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) CheckDurability(ctx context.Context) error {
-	node, ok := c.node.(configReader)
-	if !ok {
-		return fmt.Errorf("%w: its settings could not be read: %T has no ConfigGet or Info method", ErrNotDurable, c.node)
-	}
-	got, err := bounded(ctx, c.timeout, readConfig, node)
+	got, err := bounded(ctx, c.timeout, readConfig, c.node)
 	if err != nil {
 		return fmt.Errorf("%w: its settings could not be read: %w", ErrNotDurable, err)
 	}
@@ -276,7 +247,7 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 	return nil
 }
 
-func readConfig(ctx context.Context, node configReader) (map[string]string, error) {
+func readConfig(ctx context.Context, node CounterNode) (map[string]string, error) {
 	got := make(map[string]string, len(durable)+1)
 	for _, s := range durable {
 		m, err := node.ConfigGet(ctx, s.name).Result()
@@ -326,7 +297,7 @@ func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64
 }
 
 type seedCall struct {
-	node  Incrementer
+	node  CounterNode
 	key   string
 	floor uint64
 }

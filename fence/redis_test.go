@@ -200,10 +200,6 @@ func TestKey(t *testing.T) {
 	assert.Equal(t, "fence:alloc:WH-01", Key("alloc:WH-01"))
 }
 
-// scriptsOnly is a counter node that can run scripts and nothing else, like
-// a client wrapper that exposes only what Incrementer asks for.
-type scriptsOnly struct{ Incrementer }
-
 // backends returns a client of miniredis and one of a real redis-server, for
 // tests whose scripts must behave the same on both.
 func backends(t *testing.T) map[string]*redis.Client {
@@ -271,15 +267,6 @@ func TestCheckDurability(t *testing.T) {
 		err := c.CheckDurability(t.Context())
 		require.ErrorIs(t, err, ErrNotDurable)
 		assert.Contains(t, err.Error(), "could not be read")
-	})
-	t.Run("client without ConfigGet", func(t *testing.T) {
-		srv := miniredis.RunT(t)
-		c, err := NewRedisCounter(scriptsOnly{redistest.Client(t, srv.Addr())})
-		require.NoError(t, err)
-		err = c.CheckDurability(t.Context())
-		require.ErrorIs(t, err, ErrNotDurable)
-		assert.Contains(t, err.Error(), "could not be read")
-		assert.Contains(t, err.Error(), "ConfigGet")
 	})
 }
 

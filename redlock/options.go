@@ -81,7 +81,7 @@ type Minter interface {
 // satisfies it.
 type NodeMinter interface {
 	Minter
-	Node() fence.Incrementer
+	Node() fence.CounterNode
 }
 
 var _ NodeMinter = (*fence.RedisCounter)(nil)
