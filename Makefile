@@ -38,7 +38,7 @@ bench-fencing:
 
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps
-	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/fencing/
+	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps

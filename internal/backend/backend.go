@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"quorumlock.dev/internal/childproc"
-	"quorumlock.dev/internal/embedded"
+	"quorumlock.dev/internal/embeddedredis"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/report"
 )
@@ -95,7 +95,7 @@ type Env struct {
 	// fence:<Prefix>:..., which lets Close remove them from servers that others use.
 	Prefix string
 
-	minis   []*embedded.Server
+	minis   []*embeddedredis.Server
 	servers []*redisserver.Server
 
 	mu     sync.Mutex
@@ -209,7 +209,7 @@ func (e *Env) openEmbedded(ctx context.Context, masters int) error {
 	version := miniredisVersion()
 	addrs := make([]string, masters+2)
 	for i := range addrs {
-		m, err := embedded.Start()
+		m, err := embeddedredis.Start()
 		if err != nil {
 			return fmt.Errorf("backend: start miniredis: %w", err)
 		}

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/allocjobs"
 	"quorumlock.dev/internal/backend"
-	"quorumlock.dev/internal/fencing"
 	"quorumlock.dev/internal/pgserver"
 	"quorumlock.dev/internal/report"
 	"quorumlock.dev/redlock"
@@ -27,7 +27,7 @@ import (
 // Config is one run: the jobs, the servers and the lock's node timeout.
 type Config struct {
 	Backend     backend.Config // Kind embedded or redis-server; Masters are the lock's
-	Jobs        fencing.Config
+	Jobs        allocjobs.Config
 	NodeTimeout time.Duration
 	// PGDSN stores in this PostgreSQL database; "" stores in memory, except
 	// that a redis-server backend then starts a throw-away PostgreSQL.
@@ -47,7 +47,7 @@ type Report struct {
 	Started           time.Time           `json:"started"`
 	GoMaxProcs        int                 `json:"gomaxprocs"`
 	Config            ConfigEcho          `json:"config"`
-	Results           []fencing.Result    `json:"results"`
+	Results           []allocjobs.Result  `json:"results"`
 }
 
 // ConfigEcho repeats the run's settings.
@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		store := newStore()
-		res, err := fencing.Run(ctx, c, client, store)
+		res, err := allocjobs.Run(ctx, c, client, store)
 		_ = store.Close()
 		if err != nil {
 			return nil, err
@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // openStorage picks the storage: PostgreSQL when -pg-dsn is given or the
 // run starts real servers, memory otherwise.
-func openStorage(ctx context.Context, cfg Config, env *backend.Env, rep *Report) (func() fencing.Store, func(), error) {
+func openStorage(ctx context.Context, cfg Config, env *backend.Env, rep *Report) (func() allocjobs.Store, func(), error) {
 	dsn := cfg.PGDSN
 	var srv *pgserver.Server
 	if dsn == "" && cfg.Backend.Kind == "redis-server" {
@@ -142,7 +142,7 @@ func openStorage(ctx context.Context, cfg Config, env *backend.Env, rep *Report)
 		dsn = srv.DSN("postgres")
 	}
 	if dsn == "" {
-		return func() fencing.Store { return fencing.NewMemoryStore() }, func() {}, nil
+		return func() allocjobs.Store { return allocjobs.NewMemoryStore() }, func() {}, nil
 	}
 	stop := func() {
 		if srv != nil {
@@ -168,7 +168,7 @@ func openStorage(ctx context.Context, cfg Config, env *backend.Env, rep *Report)
 	}
 	rep.Storage = "postgresql"
 	prefix := "quorumlock_bench_" + strings.ReplaceAll(strings.TrimPrefix(env.Prefix, "redlock-bench-"), "-", "_")
-	return func() fencing.Store { return fencing.NewPGStore(pool, prefix) }, func() { pool.Close(); stop() }, nil
+	return func() allocjobs.Store { return allocjobs.NewPGStore(pool, prefix) }, func() { pool.Close(); stop() }, nil
 }
 
 // Write writes r to w as "text", a table for people, or "json", one

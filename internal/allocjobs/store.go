@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 import (
 	"context"
@@ -108,7 +108,7 @@ func (s *MemoryStore) Close() error { return nil }
 
 func (s *MemoryStore) valid(sku int) error {
 	if sku < 0 || sku >= len(s.qty) {
-		return fmt.Errorf("fencing: sku %d outside 0..%d", sku, len(s.qty)-1)
+		return fmt.Errorf("allocjobs: sku %d outside 0..%d", sku, len(s.qty)-1)
 	}
 	return nil
 }

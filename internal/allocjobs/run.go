@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type Config struct {
 
 // ErrStalled reports a run that stopped because no delivery finished within
 // its Stall window: every lock attempt kept timing out or waiting.
-var ErrStalled = errors.New("fencing: the run made no progress")
+var ErrStalled = errors.New("allocjobs: the run made no progress")
 
 // DefaultStall is the stall window of a run with ttl and pause: far above
 // what a healthy delivery takes, a lease and a pause included.
@@ -43,19 +43,19 @@ func DefaultStall(ttl, pause time.Duration) time.Duration {
 func (c Config) Validate() error {
 	switch {
 	case c.Jobs < 1:
-		return fmt.Errorf("fencing: jobs %d below 1", c.Jobs)
+		return fmt.Errorf("allocjobs: jobs %d below 1", c.Jobs)
 	case c.SKUs < 1:
-		return fmt.Errorf("fencing: skus %d below 1", c.SKUs)
+		return fmt.Errorf("allocjobs: skus %d below 1", c.SKUs)
 	case c.Workers < 1:
-		return fmt.Errorf("fencing: workers %d below 1", c.Workers)
+		return fmt.Errorf("allocjobs: workers %d below 1", c.Workers)
 	case c.TTL <= 0:
-		return fmt.Errorf("fencing: ttl %v not positive", c.TTL)
+		return fmt.Errorf("allocjobs: ttl %v not positive", c.TTL)
 	case c.PauseRate < 0 || c.PauseRate > 1:
-		return fmt.Errorf("fencing: pause rate %v outside [0, 1]", c.PauseRate)
+		return fmt.Errorf("allocjobs: pause rate %v outside [0, 1]", c.PauseRate)
 	case c.PauseRate > 0 && c.Pause <= c.TTL:
-		return fmt.Errorf("fencing: pause %v must outlast the ttl %v, or no lease is lost", c.Pause, c.TTL)
+		return fmt.Errorf("allocjobs: pause %v must outlast the ttl %v, or no lease is lost", c.Pause, c.TTL)
 	case c.Stall < 0:
-		return fmt.Errorf("fencing: stall window %v is negative", c.Stall)
+		return fmt.Errorf("allocjobs: stall window %v is negative", c.Stall)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 import (
 	"context"

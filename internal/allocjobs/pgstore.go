@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func (s *PGStore) Setup(ctx context.Context, skus int, qty int64) error {
 			_, err = s.pool.Exec(ctx, q)
 		}
 		if err != nil {
-			return fmt.Errorf("fencing: setup: %w", err)
+			return fmt.Errorf("allocjobs: setup: %w", err)
 		}
 	}
 	return nil

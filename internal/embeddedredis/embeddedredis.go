@@ -1,8 +1,8 @@
-// Package embedded runs in-process Redis servers (miniredis) whose keys
+// Package embeddedredis runs in-process Redis servers (miniredis) whose keys
 // expire in real time, as a real server's do. miniredis alone expires keys
 // only when told to (FastForward), so a lock whose holder paused would never
 // lapse, and the failures the fence exists for could not happen.
-package embedded
+package embeddedredis
 
 import (
 	"time"

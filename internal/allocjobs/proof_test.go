@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 // The incident review's testing matrix on real servers: redis-server masters and a
 // throw-away PostgreSQL, both started by the tests on loopback ports.

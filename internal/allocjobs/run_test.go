@@ -1,4 +1,4 @@
-package fencing
+package allocjobs
 
 import (
 	"context"
@@ -10,16 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/embedded"
+	"quorumlock.dev/internal/embeddedredis"
 	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/redlock"
 )
 
 // startEmbedded is an in-process Redis whose keys expire in real time:
 // a paused holder's lease must really lapse.
-func startEmbedded(t *testing.T) *embedded.Server {
+func startEmbedded(t *testing.T) *embeddedredis.Server {
 	t.Helper()
-	s, err := embedded.Start()
+	s, err := embeddedredis.Start()
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s

@@ -1,4 +1,4 @@
-// Package fencing is the incident review's duplicate-write benchmark of the fence, and the storage it
+// Package allocjobs is the incident review's duplicate-write benchmark of the fence, and the storage it
 // runs against: synthetic allocation jobs decrement stock under a lock,
 // a fraction of the lock holders pause past their lease while their job is
 // redelivered to another worker, and the run counts the orders shipped
@@ -20,4 +20,4 @@
 // Without the fence, a paused holder that resumes ships an order that the
 // redelivered job has shipped already: a duplicate. With it, the paused
 // holder's write is refused and counted as a rejection.
-package fencing
+package allocjobs
