@@ -1,0 +1,266 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestUnlock(t *testing.T) {
+	ctx := context.Background()
+	t.Run("releases every master", func(t *testing.T) {
+		servers, masters := miniMasters(t, 5)
+		c := newTestClient(t, masters)
+		res := resourceName(t)
+		l, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		require.NoError(t, l.Unlock(ctx))
+		for _, s := range servers {
+			assert.Eventually(t, func() bool { return !s.Exists("lock:" + res) }, time.Second, time.Millisecond)
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+	})
+	t.Run("expired everywhere", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Second)
+		require.NoError(t, err)
+		for _, s := range servers {
+			s.FastForward(2 * time.Second)
+		}
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+	})
+	t.Run("held on a minority only", func(t *testing.T) {
+		servers, masters := miniMasters(t, 5)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		for _, s := range servers[:3] {
+			s.Del("lock:" + res)
+		}
+		err = l.Unlock(ctx)
+		assert.ErrorIs(t, err, ErrLockNotHeld)
+		for _, s := range servers {
+			assert.False(t, s.Exists("lock:"+res), "the minority's keys are still released")
+		}
+	})
+	t.Run("another holder's key is kept", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		for _, s := range servers {
+			require.NoError(t, s.Set("lock:"+res, "new-holder"))
+		}
+		assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+		for _, s := range servers {
+			v, _ := s.Get("lock:" + res)
+			assert.Equal(t, "new-holder", v)
+		}
+	})
+	t.Run("masters down: cannot tell", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[0].Close()
+		servers[1].Close()
+		err = l.Unlock(ctx)
+		assert.ErrorIs(t, err, ErrQuorumUnavailable)
+		var me *MasterError
+		require.ErrorAs(t, err, &me)
+		assert.Equal(t, "release", me.Op)
+	})
+	t.Run("one master down: still a majority", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[2].Close()
+		assert.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("cancelled context still releases", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, l.Unlock(cctx))
+		for _, s := range servers {
+			assert.Eventually(t, func() bool { return !s.Exists("lock:" + res) }, time.Second, time.Millisecond)
+		}
+	})
+}
+
+func TestExtend(t *testing.T) {
+	ctx := context.Background()
+	t.Run("moves the lease on every master", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Second)
+		require.NoError(t, err)
+		// A SET still in flight could land after the PEXPIRE and reset the TTL.
+		settle(t, servers, res, l)
+		before := l.Until()
+		require.NoError(t, l.Extend(ctx, time.Minute))
+		assert.True(t, l.Until().After(before.Add(50*time.Second)))
+		for _, s := range servers {
+			// Extend returns at a majority; the last master may lag.
+			assert.Eventually(t, func() bool { return s.TTL("lock:"+res) == time.Minute }, time.Second, time.Millisecond)
+		}
+		require.NoError(t, l.Unlock(ctx))
+	})
+	t.Run("majority lost", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		l, err := newTestClient(t, masters).TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		settle(t, servers, res, l)
+		done := l.Done()
+		servers[0].Del("lock:" + res)
+		require.NoError(t, servers[1].Set("lock:"+res, "thief"))
+		err = l.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, ErrLockNotHeld)
+		assert.False(t, servers[0].Exists("lock:"+res), "Extend must not bring back a key")
+		assertClosed(t, done, "a failed Extend closes Done")
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld, "an ended lock stays ended")
+	})
+	t.Run("masters down", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		servers[0].Close()
+		servers[1].Close()
+		err = l.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, ErrQuorumUnavailable)
+		var me *MasterError
+		require.ErrorAs(t, err, &me)
+		assert.Equal(t, "extend", me.Op)
+		assertClosed(t, l.Done(), "a failed Extend closes Done")
+	})
+	t.Run("refused after the lease ran out", func(t *testing.T) {
+		servers, masters := miniMasters(t, 3)
+		res := resourceName(t)
+		// The keys live on (miniredis time stands still): only the local
+		// lease has passed, and that alone must stop a resurrection.
+		l, err := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond)).TryLock(ctx, res, 30*time.Millisecond)
+		require.NoError(t, err)
+		time.Sleep(time.Until(l.Until()) + time.Millisecond)
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+		assert.Equal(t, 30*time.Millisecond, servers[0].TTL("lock:"+res), "the TTL must be left as it was")
+		assertClosed(t, l.Done(), "Done is closed once the lease ran out")
+	})
+	t.Run("after Unlock", func(t *testing.T) {
+		_, masters := miniMasters(t, 3)
+		l, err := newTestClient(t, masters).TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		assert.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+	})
+}
+
+func TestDone(t *testing.T) {
+	ctx := context.Background()
+	_, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond))
+	t.Run("closes when validity runs out", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), 80*time.Millisecond)
+		require.NoError(t, err)
+		done := l.Done()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed after the lease")
+		}
+		assert.False(t, time.Now().Before(l.Until()), "Done closed before Until")
+	})
+	t.Run("closes on Unlock", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+		require.NoError(t, err)
+		done := l.Done()
+		assertOpen(t, done)
+		require.NoError(t, l.Unlock(ctx))
+		assertClosed(t, done, "Unlock closes Done")
+		assertClosed(t, l.Done(), "Done after Unlock is closed")
+	})
+	t.Run("Extend keeps it open", func(t *testing.T) {
+		l, err := c.TryLock(ctx, resourceName(t), 100*time.Millisecond)
+		require.NoError(t, err)
+		done := l.Done()
+		require.NoError(t, l.Extend(ctx, time.Minute))
+		time.Sleep(150 * time.Millisecond)
+		assertOpen(t, done)
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+func assertClosed(t *testing.T, ch <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	default:
+		t.Error(msg)
+	}
+}
+
+func assertOpen(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Error("Done is closed while the lock is held")
+	default:
+	}
+}
+
+// TestConcurrentUnlockExtend races Unlock against Extend on one lock: the
+// race detector watches, and the lock ends released either way.
+func TestConcurrentUnlockExtend(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	c := newTestClient(t, masters)
+	ctx := context.Background()
+	for range 50 {
+		res := resourceName(t)
+		l, err := c.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var unlocked atomic.Int64
+		for range 4 {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				err := l.Extend(ctx, time.Minute)
+				if err != nil {
+					assert.ErrorIs(t, err, ErrLockNotHeld)
+				}
+				_ = l.Until()
+				_ = l.Done()
+			}()
+			go func() {
+				defer wg.Done()
+				if l.Unlock(ctx) == nil {
+					unlocked.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, int64(1), unlocked.Load(), "exactly one Unlock succeeds")
+		assertClosed(t, l.Done(), "Done closed after Unlock")
+		for _, s := range servers {
+			// Unlock returns once a majority confirmed; the last master's
+			// release may still be on its way.
+			assert.Eventually(t, func() bool { return !s.Exists("lock:" + res) }, time.Second, time.Millisecond)
+		}
+	}
+}
