@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/fence/internal/mintertest"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 )
@@ -67,27 +68,7 @@ func TestMintIncreases(t *testing.T) {
 func TestMintConcurrentUnique(t *testing.T) {
 	_, c := newCounter(t)
 	const workers, each = 8, 50
-	var mu sync.Mutex
-	seen := map[uint64]bool{}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				v, err := c.Mint(context.Background(), "invoice:42")
-				if !assert.NoError(t, err) {
-					return
-				}
-				mu.Lock()
-				assert.False(t, seen[v], "fence %d minted twice", v)
-				seen[v] = true
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	require.Len(t, seen, workers*each)
+	seen := mintertest.Concurrent(t, c, "invoice:42", workers, each)
 	first := slices.Min(slices.Collect(maps.Keys(seen)))
 	for v := first; v < first+workers*each; v++ {
 		assert.True(t, seen[v], "gap at %d", v)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/fence/internal/mintertest"
 	"quorumlock.dev/internal/pgtest"
 )
 
@@ -89,25 +90,7 @@ func TestPGCounterConcurrent(t *testing.T) {
 	t.Parallel()
 	_, c := newCounter(t)
 	const workers, each = 16, 50
-	var mu sync.Mutex
-	seen := map[uint64]bool{}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for range each {
-				v, err := c.Mint(t.Context(), "invoice:42")
-				if !assert.NoError(t, err) {
-					return
-				}
-				mu.Lock()
-				assert.False(t, seen[v], "fence %d minted twice", v)
-				seen[v] = true
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	require.Len(t, seen, workers*each)
+	seen := mintertest.Concurrent(t, c, "invoice:42", workers, each)
 	for v := uint64(1); v <= workers*each; v++ {
 		assert.True(t, seen[v], "gap at %d", v)
 	}

@@ -103,19 +103,7 @@ func (p *Proxy) Hang() { p.update(func(s *state) { s.hung = true }) }
 
 // Refuse closes the listener and every connection, so that dials fail with "connection
 // refused" until [Proxy.Heal].
-func (p *Proxy) Refuse() {
-	p.mu.Lock()
-	ln := p.ln
-	p.ln = nil
-	links := p.takeLinks()
-	p.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	for l := range links {
-		l.close(true)
-	}
-}
+func (p *Proxy) Refuse() { p.shut(false, true) }
 
 // Reset closes every current connection with a TCP reset and goes on accepting new ones.
 func (p *Proxy) Reset() {
@@ -152,8 +140,16 @@ func (p *Proxy) Heal() error {
 // Close closes the listener and every connection and returns once all the proxy's goroutines
 // have exited. Data held by a delay or a hang is dropped.
 func (p *Proxy) Close() error {
+	p.shut(true, false)
+	p.wg.Wait()
+	return nil
+}
+
+// shut closes the listener and every connection (with a TCP reset when reset
+// is set); closed marks the proxy closed for good.
+func (p *Proxy) shut(closed, reset bool) {
 	p.mu.Lock()
-	p.closed = true
+	p.closed = p.closed || closed
 	ln := p.ln
 	p.ln = nil
 	links := p.takeLinks()
@@ -162,10 +158,8 @@ func (p *Proxy) Close() error {
 		_ = ln.Close()
 	}
 	for l := range links {
-		l.close(false)
+		l.close(reset)
 	}
-	p.wg.Wait()
-	return nil
 }
 
 // Conns returns the number of open client connections.
