@@ -198,30 +198,15 @@ func (g Guard) Migration() string {
 	return "ALTER TABLE " + g.table() + " ADD COLUMN IF NOT EXISTS " + g.column() + " bigint NOT NULL DEFAULT 0"
 }
 
-// Update changes the rows of the guarded table that match where, with set, and stores fence
-// in them, if fence passes the guard's comparison with the fence stored in each, in one
-// statement:
+// Update runs, in one statement,
 //
 //	UPDATE <table> SET <set>, <fence> = GREATEST(<fence>, $N) WHERE (<where>) AND <fence> <= $N
 //
-// (< for Newer), where set and where are SQL fragments of the caller that use $1 to
-// $len(args) for args, and N is len(args)+1. The fragments run as SQL: never build them from
-// input, pass values in args. It returns the number of rows changed, at least 1, with a nil
-// error.
-//
-// When no row changed, the same statement tells why: if a matching row stores a fence that
-// refuses the write, Update counts the rejection in [fence.Rejected] and returns an error wrapping
-// [fence.ErrFenceRejected] with the stored and offered fence; if none matches, [ErrNoRow]; if a
-// concurrent transaction changed the matching rows while the statement waited for them and
-// stored no newer fence (they no longer match, or are gone), [ErrConflict], not counted, to
-// retry. None of them is an SQL error: a transaction that db runs stays usable, and the
-// caller should roll it back. Each row is checked on its own: when where matches rows with
-// different stored fences, only those that admit fence change, and the count says how many.
-// A matching row whose fence is NULL refuses every fence and gives an error that is none of
-// the above.
-//
-// An empty Table, set or where, a fence of 0 or above math.MaxInt64, or an unknown Compare
-// gives [fence.ErrInvalidArgument] and runs nothing.
+// (< for Newer), with token as $N (N = len(args)+1) and args as $1..; it
+// returns the rows changed, at least 1. Otherwise the error says why:
+// [fence.ErrFenceRejected] (counted in [fence.Rejected]), [ErrNoRow] or
+// [ErrConflict] (retry). The fragments run as SQL: pass values in args.
+// Edge cases (several rows, NULL fences, transactions): docs/fencing.md.
 func (g Guard) Update(ctx context.Context, db DB, token uint64, set, where string, args ...any) (int64, error) {
 	if strings.TrimSpace(set) == "" {
 		return 0, fmt.Errorf("%w: empty SET clause", fence.ErrInvalidArgument)
