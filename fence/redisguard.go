@@ -31,41 +31,20 @@ var (
 )
 
 // RedisGuard stores values in Redis only for writers whose fence is not
-// older than the one stored with the value. It is the guard for a resource
-// whose data lives in Redis; the check and the write happen in one script on
-// the server, so a write that arrives late (a paused holder, a command the
-// server runs after its client gave up) is still checked when it lands.
-//
-// A guarded key is a hash of two fields: v, the value, and f, the fence of
-// the write that stored it, in decimal (HSET key v <value> f <fence>). One key
-// holds both so that one atomic step reads the fence and writes both, and so
-// that they expire together. Write guarded keys only through [RedisGuard.Set]:
-// a plain SET or HSET bypasses the fence.
-//
-// The zero value compares with [AtLeast]. A RedisGuard holds no state and is
-// safe for concurrent use.
+// older than the one stored with the value, checked and written in one
+// script on the server, so a late write is checked when it lands. A guarded
+// key is a hash {v: value, f: fence}; write it only through [RedisGuard.Set].
+// The zero value compares with [AtLeast]; it is safe for concurrent use.
 type RedisGuard struct {
 	// Compare says which fences are admitted against the stored one.
 	Compare Comparison
 }
 
-// Set stores value at key if fence passes the guard's comparison against the
-// fence stored with key, and stores fence with it; a key that does not exist
-// admits any fence. A ttl above 0 expires the key after ttl (millisecond
-// resolution); 0 means no expiry, and removes one an earlier Set gave.
-//
-// When a key expires, its fence goes with it and any writer is admitted
-// again, a stale one too: a ttl must outlast the longest time a stale holder
-// may still write (the lock's TTL plus the longest pause you plan for).
-//
-// Set returns nil once the value is stored. A refused write is counted in
-// [Rejected] and gives an error wrapping [ErrFenceRejected] with the stored
-// and the offered fence; the value is unchanged. A fence of 0, a negative or
-// sub-millisecond ttl, an empty key, a nil node or an unknown Compare give
-// [ErrInvalidArgument]. A key that holds another type, or a hash without a
-// fence, gives an error from the server (WRONGTYPE or ERR). Set waits at most
-// until ctx ends; a write given up may still be applied by the server later,
-// and is checked against the fence then.
+// Set stores value, and fence with it, at key if fence passes the guard's
+// comparison with the stored one (a missing key admits any). ttl > 0 expires
+// the key, fence and all; 0 keeps it for ever. A refused write wraps
+// [ErrFenceRejected] and is counted in [Rejected]; bad input gives
+// [ErrInvalidArgument]. Edge cases (expiry, foreign keys): docs/fencing.md.
 func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value string, fence uint64, ttl time.Duration) error {
 	switch {
 	case nilcheck.Is(node):
