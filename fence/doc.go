@@ -23,6 +23,10 @@
 // The PostgreSQL counter and guard are in package pgfence, so that a program
 // that does not import it does not link pgx.
 //
+// A counter is bound to its node when it is made: it is one authoritative
+// service. A guard takes the client or transaction per call: the fenced
+// write must run on whatever the caller writes with, its transaction too.
+//
 // The package does not take locks; see the redlock package.
 package fence
 

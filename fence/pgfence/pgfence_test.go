@@ -67,7 +67,7 @@ func TestSchemaIdempotent(t *testing.T) {
 	require.Error(t, err, "the counter table refuses a value that is no fence")
 }
 
-func TestPGCounterMint(t *testing.T) {
+func TestCounterMint(t *testing.T) {
 	t.Parallel()
 	pool, c := newCounter(t)
 	ctx := t.Context()
@@ -84,9 +84,9 @@ func TestPGCounterMint(t *testing.T) {
 	assert.Equal(t, uint64(1), other, "each resource has its own counter")
 }
 
-// TestPGCounterConcurrent: concurrent mints never repeat a value and leave no gap when nothing
+// TestCounterConcurrent: concurrent mints never repeat a value and leave no gap when nothing
 // fails.
-func TestPGCounterConcurrent(t *testing.T) {
+func TestCounterConcurrent(t *testing.T) {
 	t.Parallel()
 	_, c := newCounter(t)
 	const workers, each = 16, 50
@@ -96,7 +96,7 @@ func TestPGCounterConcurrent(t *testing.T) {
 	}
 }
 
-func TestPGCounterSeed(t *testing.T) {
+func TestCounterSeed(t *testing.T) {
 	t.Parallel()
 	_, c := newCounter(t)
 	ctx := t.Context()
@@ -124,7 +124,7 @@ func TestPGCounterSeed(t *testing.T) {
 	require.Error(t, err, "the counter cannot go past a bigint")
 }
 
-func TestPGCounterBadInput(t *testing.T) {
+func TestCounterBadInput(t *testing.T) {
 	t.Parallel()
 	var typedNil *pgxpool.Pool
 	_, err := NewCounter(nil)
@@ -147,11 +147,11 @@ func TestPGCounterBadInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "quorumlock_fence")
 }
 
-// TestPGCounterRefusesTx: a counter inside a transaction would hand out
+// TestCounterRefusesTx: a counter inside a transaction would hand out
 // again the values of a transaction that rolled back. A pgx.Tx is refused;
 // a *pgx.Conn inside a transaction block cannot be told apart, and shows the
 // failure the refusal prevents.
-func TestPGCounterRefusesTx(t *testing.T) {
+func TestCounterRefusesTx(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.NewDatabase(t, pgtest.Shared(t))
 	pool := pgtest.Pool(t, dsn)
@@ -185,7 +185,7 @@ func TestPGCounterRefusesTx(t *testing.T) {
 	assert.Equal(t, v, again, "the rolled-back mint's value is handed out again")
 }
 
-func TestPGCounterContext(t *testing.T) {
+func TestCounterContext(t *testing.T) {
 	t.Parallel()
 	pool, c := newCounter(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -238,10 +238,10 @@ const (
 	whereSKU = "sku = $2"
 )
 
-// TestPGGuardStaleHolder is the incident review's scenario: the holder of fence 41 pauses past its lease,
+// TestGuardStaleHolder is the incident review's scenario: the holder of fence 41 pauses past its lease,
 // the holder of fence 42 writes, and 41's late write is refused. Not parallel: it counts
 // fence.Rejected.
-func TestPGGuardStaleHolder(t *testing.T) {
+func TestGuardStaleHolder(t *testing.T) {
 	pool := inventory(t)
 	ctx := t.Context()
 	g := Guard{Table: "inventory"}
@@ -264,9 +264,9 @@ func TestPGGuardStaleHolder(t *testing.T) {
 	assert.Equal(t, int64(42), stored)
 }
 
-// TestPGGuardComparison: fence.AtLeast admits the holder's fence again, fence.Newer once. Not parallel: it
+// TestGuardComparison: fence.AtLeast admits the holder's fence again, fence.Newer once. Not parallel: it
 // counts fence.Rejected.
-func TestPGGuardComparison(t *testing.T) {
+func TestGuardComparison(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
 		compare    fence.Comparison
@@ -297,9 +297,9 @@ func TestPGGuardComparison(t *testing.T) {
 	}
 }
 
-// TestPGGuardNoRow: a write to a row that does not exist is no rejection. Not parallel: it
+// TestGuardNoRow: a write to a row that does not exist is no rejection. Not parallel: it
 // counts fence.Rejected.
-func TestPGGuardNoRow(t *testing.T) {
+func TestGuardNoRow(t *testing.T) {
 	pool := inventory(t)
 	before := fence.Rejected()
 	n, err := Guard{Table: "inventory"}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
@@ -309,9 +309,9 @@ func TestPGGuardNoRow(t *testing.T) {
 	assert.Equal(t, before, fence.Rejected())
 }
 
-// TestPGGuardNullFence: a nullable fence column is a misconfiguration, reported as such and
+// TestGuardNullFence: a nullable fence column is a misconfiguration, reported as such and
 // not counted as a rejection. Not parallel: it counts fence.Rejected.
-func TestPGGuardNullFence(t *testing.T) {
+func TestGuardNullFence(t *testing.T) {
 	pool := pgDatabase(t)
 	_, err := pool.Exec(t.Context(), "CREATE TABLE loose (id int PRIMARY KEY, v int, fence bigint); INSERT INTO loose VALUES (1, 0, NULL)")
 	require.NoError(t, err)
@@ -324,8 +324,8 @@ func TestPGGuardNullFence(t *testing.T) {
 	assert.Equal(t, before, fence.Rejected())
 }
 
-// TestPGGuardRows: the count is of rows changed, and each row is checked on its own.
-func TestPGGuardRows(t *testing.T) {
+// TestGuardRows: the count is of rows changed, and each row is checked on its own.
+func TestGuardRows(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx := t.Context()
@@ -360,9 +360,9 @@ func TestPGGuardRows(t *testing.T) {
 	assert.Equal(t, 50, qty)
 }
 
-// TestPGGuardConcurrentNewer: writers racing with the same fence under fence.Newer: exactly one
+// TestGuardConcurrentNewer: writers racing with the same fence under fence.Newer: exactly one
 // wins, whichever of them waited on the row lock is refused.
-func TestPGGuardConcurrentNewer(t *testing.T) {
+func TestGuardConcurrentNewer(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	g := Guard{Table: "inventory", Compare: fence.Newer}
@@ -390,9 +390,9 @@ func TestPGGuardConcurrentNewer(t *testing.T) {
 	assert.Equal(t, int64(3), stored)
 }
 
-// TestPGGuardIdentifiers: names are quoted, so they keep their case, may be schema-qualified,
+// TestGuardIdentifiers: names are quoted, so they keep their case, may be schema-qualified,
 // and may hold characters SQL would otherwise read.
-func TestPGGuardIdentifiers(t *testing.T) {
+func TestGuardIdentifiers(t *testing.T) {
 	t.Parallel()
 	pool := pgDatabase(t)
 	ctx := t.Context()
@@ -431,8 +431,8 @@ INSERT INTO "Stock" VALUES ('a', 1); INSERT INTO shop.stock VALUES ('a', 1); INS
 	require.NoError(t, pool.QueryRow(ctx, `SELECT qty FROM stock`).Scan(&qty), "and the name ran as no SQL")
 }
 
-// TestPGGuardTx: the guard works inside a transaction, and a rejection leaves it usable.
-func TestPGGuardTx(t *testing.T) {
+// TestGuardTx: the guard works inside a transaction, and a rejection leaves it usable.
+func TestGuardTx(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx := t.Context()
@@ -474,7 +474,7 @@ func (u unreachable) QueryRow(context.Context, string, ...any) pgx.Row {
 	return nil
 }
 
-func TestPGGuardInvalid(t *testing.T) {
+func TestGuardInvalid(t *testing.T) {
 	t.Parallel()
 	db := unreachable{t}
 	inv := Guard{Table: "inventory"}
@@ -504,7 +504,7 @@ func TestPGGuardInvalid(t *testing.T) {
 	}
 }
 
-func TestPGGuardMigration(t *testing.T) {
+func TestGuardMigration(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, `ALTER TABLE "inventory" ADD COLUMN IF NOT EXISTS "fence" bigint NOT NULL DEFAULT 0`,
 		Guard{Table: "inventory"}.Migration())
@@ -512,7 +512,7 @@ func TestPGGuardMigration(t *testing.T) {
 		Guard{Table: "shop.Stock", FenceColumn: `f"x`}.Migration())
 }
 
-func TestPGGuardContext(t *testing.T) {
+func TestGuardContext(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -521,10 +521,10 @@ func TestPGGuardContext(t *testing.T) {
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
 
-// TestPGGuardClaim: a claim raises the row's fence before the new holder
+// TestGuardClaim: a claim raises the row's fence before the new holder
 // reads, so the stale holder's write that lands after it is refused although
 // the new holder has not written yet. Not parallel: it counts fence.Rejected.
-func TestPGGuardClaim(t *testing.T) {
+func TestGuardClaim(t *testing.T) {
 	pool := inventory(t)
 	ctx := t.Context()
 	g := Guard{Table: "inventory"}
@@ -568,12 +568,12 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 	}, 10*time.Second, 5*time.Millisecond, "the guarded update never waited for the row")
 }
 
-// TestPGGuardConcurrentChange: a transaction changes the row while a guarded
+// TestGuardConcurrentChange: a transaction changes the row while a guarded
 // update waits for it. Only a newer fence stored by that transaction is a
 // rejection; a row that no longer matches, or is gone, is a conflict to
 // retry, not counted; a change that keeps the row matching and admits the
 // fence lets the update through. Not parallel: it counts fence.Rejected.
-func TestPGGuardConcurrentChange(t *testing.T) {
+func TestGuardConcurrentChange(t *testing.T) {
 	const (
 		take  = "qty = qty - $1"
 		where = "sku = $2 AND qty >= $1"
@@ -651,12 +651,12 @@ func TestPGGuardConcurrentChange(t *testing.T) {
 	}
 }
 
-// TestPGGuardNeverLowersFence: the fragments run as SQL. One that escapes
+// TestGuardNeverLowersFence: the fragments run as SQL. One that escapes
 // its parentheses escapes the fence check too, and the write lands; the
 // guard's own assignment, GREATEST(fence, $n), still keeps the stored fence
 // from going down, so that later stale writers stay refused. A SET fragment
 // cannot assign the fence column itself: PostgreSQL refuses two assignments.
-func TestPGGuardNeverLowersFence(t *testing.T) {
+func TestGuardNeverLowersFence(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
 	ctx := t.Context()
