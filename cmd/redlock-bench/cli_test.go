@@ -147,7 +147,9 @@ func TestCyclesAndCSV(t *testing.T) {
 }
 
 func TestFullContention(t *testing.T) {
-	rep := runJSON(t, "-d", "300ms", "-c", "8", "-keys", "1", "-hold", "1ms")
+	// A node timeout with room for a loaded machine under -race: the test is
+	// about contention, not about 50 ms.
+	rep := runJSON(t, "-d", "1s", "-c", "8", "-keys", "1", "-hold", "1ms", "-node-timeout", "500ms")
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Acquired)
 		assert.Positive(t, r.Contended, "eight goroutines on one key must collide")
@@ -156,7 +158,7 @@ func TestFullContention(t *testing.T) {
 }
 
 func TestSlowScenario(t *testing.T) {
-	rep := runJSON(t, "-scenario", "slow", "-delay", "30ms", "-d", "300ms", "-c", "1")
+	rep := runJSON(t, "-scenario", "slow", "-delay", "30ms", "-d", "300ms", "-c", "1", "-node-timeout", "500ms")
 	require.Len(t, rep.Results, 2)
 	byVariant := map[string]report.Row{}
 	for _, r := range rep.Results {
@@ -172,7 +174,7 @@ func TestSlowScenario(t *testing.T) {
 
 func TestDeadScenario(t *testing.T) {
 	t.Run("minority dead", func(t *testing.T) {
-		rep := runJSON(t, "-scenario", "dead", "-dead", "2", "-d", "300ms", "-c", "1")
+		rep := runJSON(t, "-scenario", "dead", "-dead", "2", "-d", "300ms", "-c", "1", "-node-timeout", "500ms")
 		require.Len(t, rep.Results, 2)
 		dead := rep.Results[1]
 		assert.Equal(t, 2, dead.Dead)
