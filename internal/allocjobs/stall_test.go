@@ -2,40 +2,34 @@ package allocjobs
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/redlock"
 )
 
-// hungListener accepts connections and never answers: a master that hangs.
-func hungListener(t *testing.T) string {
+// hungMaster is the address of a Redis that accepts connections and never
+// answers: a stopped server, through the fault proxy.
+func hungMaster(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.New(miniredis.RunT(t).Addr())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	return ln.Addr().String()
+	t.Cleanup(func() { _ = p.Close() })
+	p.Hang()
+	return p.Addr()
 }
 
 // TestRunStalls: a run whose only master never answers, with retries until
 // the context ends, stops with ErrStalled once no delivery has finished for
 // the stall window, instead of retrying for ever.
 func TestRunStalls(t *testing.T) {
-	master := redis.NewClient(&redis.Options{Addr: hungListener(t), MaxRetries: -1})
+	master := redis.NewClient(&redis.Options{Addr: hungMaster(t), MaxRetries: -1})
 	t.Cleanup(func() { _ = master.Close() })
 	c, err := redlock.New([]redlock.Master{master},
 		redlock.WithRetry(0, time.Millisecond, time.Millisecond), redlock.WithNodeTimeout(10*time.Millisecond))

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/internal/report"
@@ -227,19 +228,11 @@ func TestAddrsUnreachable(t *testing.T) {
 func TestAddrsHungServer(t *testing.T) {
 	t.Parallel()
 	// A server that accepts connections and never answers, as a stopped process does.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	proxy, err := faultproxy.New(miniredis.RunT(t).Addr())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-		}
-	}()
-	hung := ln.Addr().String()
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxy.Hang()
+	hung := proxy.Addr()
 
 	start := time.Now()
 	_, err = Open(t.Context(), Config{Kind: "addrs", Masters: 1, Addrs: []string{hung}})
