@@ -347,3 +347,15 @@ func TestDocListsColumns(t *testing.T) {
 	}
 	assert.Equal(t, output.CSVColumns(), listed)
 }
+
+// TestSettingsTheLockRefuses: a TTL that the library refuses (no validity
+// can be left after the drift allowance and the node timeout) ends the run
+// with the library's message, instead of a table of errors.
+func TestSettingsTheLockRefuses(t *testing.T) {
+	code, out, errOut := runCmd(t, "-ttl", "2ms", "-node-timeout", "1ms", "-d", "200ms", "-c", "1")
+	assert.Equal(t, exitError, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "invalid argument")
+	assert.Contains(t, errOut, "ttl 2ms")
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), errOut)
+}

@@ -394,16 +394,21 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 	end := start.Add(d)
 	var left atomic.Int64
 	left.Store(budget)
+	var invalid atomic.Pointer[error] // the library refused the run's settings
 	var wg sync.WaitGroup
 	for i, w := range workers {
 		w.rng = rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.run(ctx, cfg, v, end, budget > 0, &left, bar)
+			w.run(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
 		}()
 	}
 	wg.Wait()
+	if err := invalid.Load(); err != nil {
+		// Not an outcome to count: no attempt with these settings can succeed.
+		return fmt.Errorf("benchrun: %w", *err)
+	}
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpuBefore
 	var after runtime.MemStats
@@ -427,7 +432,7 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 	return ctx.Err()
 }
 
-func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, bar *progress.Bar) {
+func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {
 	for ctx.Err() == nil {
 		if counted {
 			if left.Add(-1) < 0 {
@@ -451,6 +456,9 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 		case errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrFenceUnavailable):
 			w.unavailable++
 			continue
+		case errors.Is(err, redlock.ErrInvalidArgument):
+			invalid.CompareAndSwap(nil, &err)
+			return
 		default:
 			if ctx.Err() == nil {
 				w.errs++
