@@ -34,6 +34,7 @@ type Spec struct {
 	Dir        string                  // its working dir; if empty, ours
 	Log        string                  // the file its stdout and stderr are appended to
 	Credential *syscall.Credential     // the user it runs as; nil: ourselves
+	Env        []string                // added to our environment ("K=V"); later entries win
 	// Ready probes the server, at most 1 s at a time, until it returns nil. It should check
 	// that the server answering is p: if another process holds the port, p exits while the
 	// other one answers.
@@ -88,6 +89,9 @@ func launch(ctx context.Context, spec Spec, port int) (p *Process, busy bool, er
 	// Not CommandContext: ctx bounds the start, not the life of the server.
 	cmd := exec.Command(spec.Path, spec.Args(port)...)
 	cmd.Dir = spec.Dir
+	if len(spec.Env) > 0 {
+		cmd.Env = append(os.Environ(), spec.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = SysProcAttr(spec.Credential)
 	err = cmd.Start()
@@ -104,7 +108,7 @@ func launch(ctx context.Context, spec Spec, port int) (p *Process, busy bool, er
 		p.Kill()
 		tail := logSince(spec.Log, logStart, logTailBytes)
 		return nil, strings.Contains(tail, "Address already in use"),
-			fmt.Errorf("start %s on 127.0.0.1:%d: %w\n--- %s ---\n%s", spec.Path, port, err, spec.Log, tail)
+			fmt.Errorf("start %s on port %d: %w\n--- %s ---\n%s", spec.Path, port, err, spec.Log, tail)
 	}
 	return p, false, nil
 }

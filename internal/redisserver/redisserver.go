@@ -1,6 +1,6 @@
 // Package redisserver starts and controls real redis-server processes on the loopback interface,
 // for integration tests (through [quorumlock.dev/internal/redistest]) and for the benchmark CLI.
-// Each [Server] is one foreground child process on a free 127.0.0.1 port, without persistence
+// Each [Server] is one foreground child process on a free port (of 127.0.0.1 by default), without persistence
 // unless the caller asks for it, that can be paused, killed and restarted on the same port to
 // inject process faults. It does not install Redis, manage replication or clusters, or shape
 // network traffic; network faults belong to [quorumlock.dev/internal/faultproxy].
@@ -42,12 +42,23 @@ type Options struct {
 	Args []string
 	// Binary is the redis-server executable. If empty, it is looked up on PATH.
 	Binary string
+	// Host is the address the server binds and is probed on; empty: 127.0.0.1. A server in a
+	// network namespace binds its veth address.
+	Host string
+	// Wrap runs the server through a command prefix, which must exec redis-server in the same
+	// process (the readiness probe checks the pid), e.g. ip netns exec NAME.
+	Wrap []string
+	// Env is added to the server's environment, e.g. an LD_PRELOAD.
+	Env []string
 }
 
 // Server is a redis-server child process. Its methods are safe for concurrent use.
 type Server struct {
 	binary string
 	args   []string
+	host   string
+	wrap   []string
+	env    []string
 	dir    string
 	ownDir bool
 	port   int // 0 until the first run bound one
@@ -61,7 +72,11 @@ type Server struct {
 // wait, and the caller ends the process with [Server.Stop]. On failure the process is killed and
 // the error carries the end of the server's log.
 func Start(ctx context.Context, opt Options) (*Server, error) {
-	s := &Server{binary: opt.Binary, args: append([]string(nil), opt.Args...), dir: opt.Dir}
+	s := &Server{binary: opt.Binary, args: append([]string(nil), opt.Args...), dir: opt.Dir,
+		host: opt.Host, wrap: append([]string(nil), opt.Wrap...), env: append([]string(nil), opt.Env...)}
+	if s.host == "" {
+		s.host = "127.0.0.1"
+	}
 	if s.binary == "" {
 		path, err := exec.LookPath("redis-server")
 		if err != nil {
@@ -105,22 +120,27 @@ func (s *Server) launch(ctx context.Context) error {
 		return fmt.Errorf("redisserver: %w", err)
 	}
 	logPath := filepath.Join(s.dir, logName)
+	path, prefix := s.binary, []string(nil)
+	if len(s.wrap) > 0 {
+		path, prefix = s.wrap[0], append(append([]string(nil), s.wrap[1:]...), s.binary)
+	}
 	p, err := childproc.Start(ctx, childproc.Spec{
-		Path: s.binary,
+		Path: path,
 		Args: func(port int) []string {
-			return append([]string{
+			return append(append(prefix,
 				"--port", strconv.Itoa(port),
-				"--bind", "127.0.0.1",
+				"--bind", s.host,
 				"--save", "",
 				"--appendonly", "no",
 				"--dir", s.dir,
 				"--logfile", logPath,
-			}, s.args...)
+			), s.args...)
 		},
+		Env:  s.env,
 		Port: s.port,
 		// Also configuration errors, which redis-server prints before it opens --logfile.
 		Log:   logPath,
-		Ready: ready,
+		Ready: s.ready,
 	})
 	if err != nil {
 		return fmt.Errorf("redisserver: %w", err)
@@ -130,8 +150,8 @@ func (s *Server) launch(ctx context.Context) error {
 }
 
 // ready reports whether the server on p's port answers, as process p.
-func ready(ctx context.Context, p *childproc.Process) error {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port()))
+func (s *Server) ready(ctx context.Context, p *childproc.Process) error {
+	addr := net.JoinHostPort(s.host, strconv.Itoa(p.Port()))
 	info, err := serverInfo(ctx, addr)
 	if err != nil {
 		return err
@@ -142,8 +162,8 @@ func ready(ctx context.Context, p *childproc.Process) error {
 	return nil
 }
 
-// Addr returns the server's "127.0.0.1:port" address.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+// Addr returns the server's "host:port" address (127.0.0.1 unless Options.Host said otherwise).
+func (s *Server) Addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
 
 // Port returns the server's TCP port. It does not change across restarts.
 func (s *Server) Port() int { return s.port }
