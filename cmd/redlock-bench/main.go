@@ -7,9 +7,13 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/internal/chaos"
 )
 
 func main() {
+	// The chaos subcommand's workers are this program started again.
+	chaos.MaybeWorker()
 	// go-redis logs every failed dial to stderr; the dead scenario dials
 	// dead masters on purpose, and errors reach the report anyway.
 	redis.SetLogger(silent{})

@@ -73,3 +73,10 @@ func waitStopped(pid int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Stopped reports whether process pid is stopped by a signal, as /proc says: how a fault
+// injector verifies that its SIGSTOP took effect.
+func Stopped(pid int) bool {
+	state, _, ok := stat(pid)
+	return ok && (state == 'T' || state == 't')
+}

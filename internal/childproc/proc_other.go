@@ -16,3 +16,6 @@ func children(int) []int { return nil }
 
 // waitStopped returns at once: without /proc there is no portable way to see a stopped process.
 func waitStopped(int) {}
+
+// Stopped reports false: without /proc a stopped process cannot be seen.
+func Stopped(int) bool { return false }

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"quorumlock.dev/internal/chaos"
+	"quorumlock.dev/internal/output"
+)
+
+// chaosInvocation is a parsed `redlock-bench chaos` command line.
+type chaosInvocation struct {
+	cfg    chaos.Config
+	format string
+}
+
+func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
+	fs := flag.NewFlagSet("redlock-bench chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	inv := &chaosInvocation{}
+	c := &inv.cfg
+	var names string
+	fs.StringVar(&names, "scenario", "", "scenarios to run, comma-separated (default: all)")
+	fs.IntVar(&c.Runs, "runs", 0, "runs of each scenario (default 3, or 1 with -quick)")
+	fs.BoolVar(&c.Quick, "quick", false, "the small size the test suite runs")
+	fs.IntVar(&c.Workers, "workers", 0, "worker processes (default 4, or 3 with -quick)")
+	fs.DurationVar(&c.TTL, "ttl", 0, "lock TTL (default 2s, or 1s with -quick)")
+	fs.DurationVar(&c.NodeTimeout, "node-timeout", 0, "per-master timeout (default 50ms)")
+	fs.DurationVar(&c.Retry, "retry", 0, "a worker's longest pause after a lost attempt (default 20ms)")
+	fs.StringVar(&inv.format, "o", "text", "output format: text, json or csv")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: redlock-bench chaos [flags]\n\n"+
+			"Each known way a Redis lock fails, injected on real redis-server processes with worker\n"+
+			"processes writing through a fenced store; one row per scenario (columns: docs/chaos.md).\n"+
+			"Exit status 1 when a scenario's invariants did not hold.\n\nScenarios:\n%s\n", chaos.About())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usage(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	c.Scenarios = splitList(names)
+	for _, n := range c.Scenarios {
+		if !slices.Contains(chaos.Names(), n) {
+			return nil, usage(fs, "unknown scenario %q", n)
+		}
+	}
+	if !slices.Contains(output.Formats, inv.format) {
+		return nil, usage(fs, "-o %q: want one of %v", inv.format, output.Formats)
+	}
+	return inv, nil
+}
+
+// runChaos is `redlock-bench chaos`: parse, run, write; exit 1 if a row did not hold.
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	inv, err := parseChaos(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	inv.cfg.Progress = stderr
+	start := time.Now()
+	rows, err := chaos.Run(ctx, inv.cfg)
+	if err == nil || len(rows) > 0 {
+		if werr := writeChaos(stdout, rows, inv.format); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", strings.TrimPrefix(oneLine(err), "chaos: "))
+		if errors.Is(err, chaos.ErrConfig) {
+			return exitUsage
+		}
+		return exitError
+	}
+	failed := 0
+	for _, r := range rows {
+		if !r.Held {
+			failed++
+		}
+	}
+	fmt.Fprintf(stderr, "redlock-bench chaos: %d scenarios in %v, %d failed\n", len(rows), time.Since(start).Round(time.Second), failed)
+	if failed > 0 {
+		return exitError
+	}
+	return exitOK
+}
+
+// writeChaos writes rows as text (the columns a reader needs first), JSON or CSV (every
+// field, named by its json tag).
+func writeChaos(w io.Writer, rows []chaos.Row, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	case "csv":
+		cw := csv.NewWriter(w)
+		t := reflect.TypeFor[chaos.Row]()
+		var head []string
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			head = append(head, name)
+		}
+		_ = cw.Write(head)
+		for _, r := range rows {
+			v := reflect.ValueOf(r)
+			rec := make([]string, v.NumField())
+			for i := range rec {
+				switch f := v.Field(i); f.Kind() {
+				case reflect.Float64:
+					rec[i] = strconv.FormatFloat(f.Float(), 'f', -1, 64)
+				default:
+					rec[i] = fmt.Sprint(f.Interface())
+				}
+			}
+			_ = cw.Write(rec)
+		}
+		cw.Flush()
+		return cw.Error()
+	default:
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "scenario\tvariant\truns\tlocks\toverlaps\tstale\trejected\tfenced dup\tunfenced dup\tlost\tunavail\tp50 ms\trecovery ms\tfault\theld\t")
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%v\t%v\t\n",
+				r.Scenario, r.Variant, r.Runs, r.Acquisitions, r.LockOverlaps, r.StaleWrites, r.StaleWritesRejected,
+				r.FencedDuplicates, r.UnfencedDuplicates, r.LostWrites, r.Unavailable, r.AcquireP50Ms, r.RecoveryMs,
+				r.FaultInjected, r.Held)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if !r.Held {
+				fmt.Fprintf(w, "%s: %s\n", r.Scenario, r.Problems)
+			}
+		}
+		return nil
+	}
+}
