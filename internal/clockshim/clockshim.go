@@ -1,12 +1,12 @@
 //go:build linux
 
-// Package clockshim gives a real server process a wall clock that a test moves: [Clock.Jump]
-// steps it, [Clock.SetRate] makes it run fast, slow or stand still, as a Redis master whose clock
-// jumps expires keys early. It compiles a small LD_PRELOAD library with the C compiler on PATH
-// and passes the shift through a shared file, so a moved clock is seen by the server's next clock
-// read. It affects only dynamically linked C programs that read the wall clock through libc's
-// gettimeofday, time or clock_gettime(CLOCK_REALTIME[_COARSE]); monotonic clocks are untouched,
-// and Go programs, which read clocks through the vDSO or raw syscalls, never see it.
+// Package clockshim gives real server processes a wall clock that a test moves, for faults such
+// as a Redis master whose clock jumps forward and so expires a lock key early. [New] compiles a
+// small LD_PRELOAD library with the C compiler on PATH; [Clock.Jump] steps the clock and
+// [Clock.SetRate] makes it run fast, slow or stand still, from the server's next clock read on.
+// It affects only dynamically linked C programs that read the wall clock through libc's
+// gettimeofday, time or clock_gettime (CLOCK_REALTIME and CLOCK_REALTIME_COARSE): monotonic
+// clocks are untouched, and Go programs, which read clocks through the vDSO, never see it.
 package clockshim
 
 import (
@@ -38,8 +38,8 @@ const (
 	stateSize = int(unsafe.Sizeof(state{}))
 )
 
-// state is the layout of the file csrc/clockshim.c maps; keep the two in step. seq is odd while an update
-// is under way, so the shim never combines fields of two updates.
+// state is the layout of the file csrc/clockshim.c maps; keep the two in step. seq is odd while
+// an update is under way, so the shim never combines fields of two updates.
 type state struct {
 	seq   uint64
 	base  int64  // offset in ns at t0
@@ -94,7 +94,8 @@ func New(ctx context.Context, dir string) (*Clock, error) {
 	if err := f.Truncate(int64(stateSize)); err != nil {
 		return nil, fmt.Errorf("clockshim: %w", err)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, stateSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, stateSize,
+		syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("clockshim: map %s: %w", path, err)
 	}
@@ -111,8 +112,8 @@ func compiler() (string, error) {
 }
 
 // Env returns the variables that put a process under the clock, for redisserver.Options.Env or
-// exec.Cmd.Env. Its LD_PRELOAD replaces any the process would inherit. A process restarted with
-// them resumes the clock where it is now.
+// exec.Cmd.Env. Its LD_PRELOAD replaces any the process would inherit, and also loads into a
+// wrapper such as ip netns exec. A process restarted with them resumes the clock where it is now.
 func (c *Clock) Env() []string { return append([]string(nil), c.env...) }
 
 // Jump moves the clock by d, forward or (d < 0) back, on top of earlier jumps. It panics after
@@ -162,7 +163,8 @@ func (c *Clock) Close() error {
 	return nil
 }
 
-// offsetAt is the offset at real time now, by the formula csrc/clockshim.c applies. The caller holds c.mu.
+// offsetAt is the offset at real time now, by the formula csrc/clockshim.c applies. The caller
+// holds c.mu.
 func (c *Clock) offsetAt(now int64) int64 {
 	if c.drift == 0 {
 		return c.base

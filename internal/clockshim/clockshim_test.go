@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +195,19 @@ func TestNoCompiler(t *testing.T) {
 	childproctest.CheckMissing(t, installCompiler, map[string]func(testing.TB){
 		"newClock": func(t testing.TB) { newClock(t) },
 	})
+}
+
+func TestConcurrentJumps(t *testing.T) {
+	c := newClock(t)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				c.Jump(time.Millisecond)
+				_ = c.Offset()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 400*time.Millisecond, c.Offset(), "no jump is lost")
 }

@@ -1,6 +1,7 @@
-/* probe prints, on one line, what each clock the shim overrides says, next to the real clocks
- * read with raw syscalls, which the shim cannot see:
- *   raw_realtime_ns time_s gettimeofday_us realtime_ns realtime_coarse_ns raw_monotonic_ns monotonic_ns
+/* probe prints, on one line, what each clock the shim overrides says, next to the real
+ * clocks read with raw syscalls, which the shim cannot see:
+ *   raw_realtime_ns time_s gettimeofday_us realtime_ns realtime_coarse_ns
+ *   raw_monotonic_ns monotonic_ns
  */
 #include <stdio.h>
 #include <sys/syscall.h>
