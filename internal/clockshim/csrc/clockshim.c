@@ -9,8 +9,8 @@
  *
  * No dlsym, no malloc, no stdio: libfaketime deadlocks Debian's redis-server at start because
  * jemalloc and libfaketime each call into the other while initialising. The real clocks are
- * read with raw syscalls, which need neither the next symbol nor the vDSO; the cost is a syscall
- * per clock read, a fraction of a microsecond.
+ * read with raw syscalls, which need neither the next symbol nor the vDSO; the cost is a real
+ * syscall per clock read, where libc would use the vDSO.
  */
 #include <fcntl.h>
 #include <stdint.h>
