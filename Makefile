@@ -7,7 +7,7 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench bench-redis bench-fencing soak gobench lint fuzz deps clean
+.PHONY: test bench bench-redis bench-fencing chaos soak gobench lint fuzz deps clean
 
 # Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
 # very run, so recipes that need initdb and postgres look for them when they start.
@@ -36,6 +36,12 @@ bench-redis: deps
 bench-fencing:
 	$(GO) run ./cmd/redlock-bench fencing $(ARGS)
 
+# Every chaos scenario at full size on real servers (docs/chaos.md); make test runs the quick size.
+chaos: deps
+	@mkdir -p docs/bench
+	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	bin/redlock-bench chaos -json docs/bench/chaos.json $(ARGS)
+
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps
 	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
@@ -53,10 +59,13 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./internal/clockdrift/
 
-# redis-server and PostgreSQL from Debian's packages, when missing and we may install them.
+# redis-server, PostgreSQL, iptables (the chaos partition) and gcc (the chaos clock shim) from
+# Debian's packages, when missing and we may install them.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v iptables-restore >/dev/null 2>&1 || missing="$$missing iptables"; \
+	{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$$missing gcc"; \
 	{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 type chaosInvocation struct {
 	cfg    chaos.Config
 	format string
+	json   string // also write the rows as JSON to this file
 }
 
 func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
@@ -39,6 +41,7 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	fs.DurationVar(&c.NodeTimeout, "node-timeout", 0, "per-master timeout (default 50ms)")
 	fs.DurationVar(&c.Retry, "retry", 0, "a worker's longest pause after a lost attempt (default 20ms)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text, json or csv")
+	fs.StringVar(&inv.json, "json", "", "also write the rows as JSON to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench chaos [flags]\n\n"+
 			"Each known way a Redis lock fails, injected on real redis-server processes with worker\n"+
@@ -80,6 +83,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if werr := writeChaos(stdout, rows, inv.format); werr != nil && err == nil {
 			err = werr
 		}
+		if inv.json != "" {
+			if werr := writeChaosFile(inv.json, rows); werr != nil && err == nil {
+				err = werr
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", strings.TrimPrefix(oneLine(err), "chaos: "))
@@ -99,6 +107,18 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 	return exitOK
+}
+
+func writeChaosFile(path string, rows []chaos.Row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeChaos(f, rows, "json"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // writeChaos writes rows as text (the columns a reader needs first), JSON or CSV (every

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/clockshim"
 	"quorumlock.dev/internal/netns"
 	"quorumlock.dev/internal/redisserver"
 )
@@ -78,6 +81,8 @@ func init() {
 			mustObserve: true, resources: 1, longHold: true, inject: restartNoPersistence},
 		{name: "counter-loss", about: "the fence counter restarts empty mid-run",
 			inject: counterLoss, judge: judgeCounterLoss},
+		{name: "master-clock-jump", variant: "redis-server+clockshim", about: "the clocks of 3 of 5 masters jump forward by a TTL while a holder is inside",
+			mustObserve: true, resources: 1, longHold: true, prepare: clockPrepare, server: clockServer, inject: clockJump},
 		{name: "slow-master", about: "one master slower than the node timeout, through a proxy",
 			proxied: true, inject: proxyFault("slow"), judge: judgeNoErrors},
 		{name: "blackholed-master", about: "one master stops answering, through a proxy",
@@ -468,4 +473,58 @@ func judgePartition(cfg Config, runs []result, r *Row, fail func(string, ...any)
 		fail("no attempt found the quorum unavailable while a majority was cut off")
 	}
 	judgeRecovery(cfg, r, fail)
+}
+
+// --- a master's clock ---
+
+// clockPrepare gives masters 0, 1 and 2 a wall clock the run can move.
+func clockPrepare(ctx context.Context, w *world) error {
+	for i := range 3 {
+		dir := filepath.Join(w.dir, fmt.Sprintf("clock%d", i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		c, err := clockshim.New(ctx, dir)
+		if err != nil {
+			return err
+		}
+		w.addCleanup(func() { _ = c.Close() })
+		w.clocks = append(w.clocks, c)
+	}
+	return nil
+}
+
+func clockServer(w *world, i int) redisserver.Options {
+	if i < len(w.clocks) {
+		return redisserver.Options{Env: w.clocks[i].Env()}
+	}
+	return redisserver.Options{}
+}
+
+// clockJump steps the clocks of masters 0, 1 and 2 forward by a TTL while a holder is inside:
+// the key expires on a majority at once, and a contender wins it.
+func clockJump(ctx context.Context, w *world) (fault, error) {
+	op, err := w.rec.claimed(ctx, time.Now(), nil)
+	if err != nil {
+		return fault{}, err
+	}
+	f := fault{start: time.Now(), resource: op.Resource}
+	before, err := serverTime(ctx, w.direct[0])
+	if err != nil {
+		return f, err
+	}
+	for _, c := range w.clocks {
+		c.Jump(w.size.ttl)
+	}
+	after, err := serverTime(ctx, w.direct[0])
+	f.injected = err == nil && after.Sub(before) >= w.size.ttl
+	f.end = time.Now()
+	return f, err
+}
+
+// serverTime is the Redis server's TIME.
+func serverTime(ctx context.Context, addr string) (time.Time, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	return c.Time(ctx).Result()
 }

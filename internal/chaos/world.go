@@ -19,6 +19,7 @@ import (
 
 	"quorumlock.dev/internal/chaoscheck"
 	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/clockshim"
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/internal/netns"
 	"quorumlock.dev/internal/redisserver"
@@ -40,7 +41,8 @@ type world struct {
 	store   *memStore
 	workers []*workerProc
 	rec     *recorder
-	hosts   []*netns.Host // the masters' network namespaces, in the partition scenario
+	hosts   []*netns.Host      // the masters' network namespaces, in the partition scenario
+	clocks  []*clockshim.Clock // the clocks of the first masters, in the clock scenario
 
 	cleanup []func()
 }
