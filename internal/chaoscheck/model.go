@@ -1,7 +1,10 @@
 package chaoscheck
 
 import (
+	"cmp"
 	"math"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -17,6 +20,10 @@ import (
 // did reach it did exactly what the step does. A porcupine.NondeterministicModel offering
 // {applied, not applied} at each point says the same with sets of states, which its power-set
 // construction compares pairwise: slower, and no more exact.
+//
+// +infinity has a price: every such call stays open to the end of its row, and when a row is
+// illegal porcupine tries each subset of them at each point (an outage of 15 unanswered writes
+// in 431 calls ran out of 10 s). unknownReturns closes most of them early, exactly.
 
 // row is the model's state: one resource's row of the fenced store.
 type row struct {
@@ -100,11 +107,12 @@ var rowModel = porcupine.Model{
 // linearizable checks the storage calls against rowModel and says "ok", "illegal" or
 // "unknown".
 func linearizable(ops []Op, timeout time.Duration) string {
+	unknownReturn := unknownReturns(ops)
 	history := make([]porcupine.Operation, len(ops))
 	for i, op := range ops {
 		ret := op.Return
 		if op.Outcome == Unknown {
-			ret = math.MaxInt64
+			ret = unknownReturn(op)
 		}
 		// A Return before its Call would make porcupine's search ill-formed; it can only be
 		// a recording error, so the call is taken as instantaneous.
@@ -126,5 +134,39 @@ func linearizable(ops []Op, timeout time.Duration) string {
 		return "illegal"
 	default:
 		return "unknown"
+	}
+}
+
+// unknownReturns gives the Return porcupine is to see for an op whose outcome is Unknown: the
+// earliest Return of an OK call on its resource with a larger fence, or its own Call if that
+// is later, or +infinity if there is no such call. This is exact: once a larger fence has taken
+// effect the row refuses the op, so wherever a linearization puts it after that call it does
+// nothing, and it may as well be put there, inside the shorter interval.
+func unknownReturns(ops []Op) func(Op) int64 {
+	type bound struct {
+		fence uint64
+		ret   int64 // the earliest Return of OK calls with this fence or a larger one
+	}
+	rows := make(map[string][]bound)
+	for resource, ops := range byResource(ops, func(op Op) string { return op.Resource }) {
+		var bs []bound
+		for _, op := range ops {
+			if op.Outcome == OK {
+				bs = append(bs, bound{op.Fence, op.Return})
+			}
+		}
+		slices.SortFunc(bs, func(a, b bound) int { return cmp.Compare(a.fence, b.fence) })
+		for i := len(bs) - 2; i >= 0; i-- {
+			bs[i].ret = min(bs[i].ret, bs[i+1].ret)
+		}
+		rows[resource] = bs
+	}
+	return func(op Op) int64 {
+		bs := rows[op.Resource]
+		i := sort.Search(len(bs), func(i int) bool { return bs[i].fence > op.Fence })
+		if i == len(bs) {
+			return math.MaxInt64
+		}
+		return max(bs[i].ret, op.Call)
 	}
 }

@@ -105,3 +105,26 @@ func TestLinearizable(t *testing.T) {
 		})
 	}
 }
+
+// TestLinearizableOutage: a store that answered none of k writes in a row, none of which
+// landed, then came back. Each unanswered write stays open until a larger fence takes effect;
+// left open to the end, 15 of them kept porcupine from proving the row illegal within 10 s.
+func TestLinearizableOutage(t *testing.T) {
+	outage := func(k int, job int64) []Op {
+		var ops []Op
+		at, fence := int64(1000), uint64(0)
+		for i := range k {
+			fence++
+			ops = append(ops, claim(i%8, "r", fence, 0, at+1, at+5, OK), write(i%8, "r", fence, 0, at+6, 0, Unknown))
+			at += 100
+		}
+		for j := range int64(200) {
+			fence++
+			ops = append(ops, claim(int(j%8), "r", fence, j, at+1, at+5, OK), write(int(j%8), "r", fence, j, at+6, at+8, OK))
+			at += 100
+		}
+		return append(ops, claim(1, "r", fence+1, job, at+1, at+5, OK))
+	}
+	assert.Equal(t, "ok", Check(History{Ops: outage(40, 200)}, checkTimeout).Linearizable)
+	assert.Equal(t, "illegal", Check(History{Ops: outage(40, 207)}, checkTimeout).Linearizable)
+}
