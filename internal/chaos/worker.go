@@ -129,7 +129,8 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 	direct := make([]*redis.Client, len(cfg.Direct))
 	for i, a := range cfg.Direct {
 		if a != "" {
-			direct[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, PoolSize: 2})
+			// Reads bounded by the context: a partitioned master must not hold the check.
+			direct[i] = redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, PoolSize: 2, ContextTimeoutEnabled: true})
 		}
 	}
 	counterNode := redis.NewClient(&redis.Options{Addr: cfg.Counter, MaxRetries: -1, DialTimeout: cfg.NodeTimeout * 4})
@@ -200,32 +201,39 @@ func critical(ctx context.Context, cfg workerConfig, l *redlock.Lock, direct []*
 }
 
 // majority counts the masters that hold l's token, asked directly right after the win, so that
-// a grant without a real majority is seen. A master that does not answer within the node
-// timeout does not count.
+// a grant without a real majority is seen. It returns -1 when masters that did not answer could
+// make up the difference: only a definite shortfall counts.
 func majority(ctx context.Context, cfg workerConfig, direct []*redis.Client, l *redlock.Lock) int {
 	if len(direct) == 0 {
 		return -1
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.NodeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 4*cfg.NodeTimeout)
 	defer cancel()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	n := 0
+	held, silent := 0, 0
 	for _, c := range direct {
 		if c == nil {
+			silent++
 			continue
 		}
 		wg.Go(func() {
 			v, err := c.Get(ctx, "lock:"+l.Resource()).Result()
-			if err == nil && v == l.Token() {
-				mu.Lock()
-				n++
-				mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && v == l.Token():
+				held++
+			case err != nil && !errors.Is(err, redis.Nil):
+				silent++
 			}
 		})
 	}
 	wg.Wait()
-	return n
+	if q := len(direct)/2 + 1; held < q && held+silent >= q {
+		return -1
+	}
+	return held
 }
 
 func outcome(err error) string {
