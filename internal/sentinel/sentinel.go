@@ -454,7 +454,8 @@ func controlOptions(addr string) *redis.Options {
 		DialTimeout:           time.Second,
 		ContextTimeoutEnabled: true,
 		PoolSize:              2,
-		// The sentinels and the servers need not know what client this is.
+		// Redis 7.0 does not know CLIENT SETINFO, which go-redis would send on each new
+		// connection only to have it refused.
 		DisableIdentity: true,
 	}
 }
