@@ -18,6 +18,7 @@ import (
 
 	"quorumlock.dev/internal/chaos"
 	"quorumlock.dev/internal/output"
+	"quorumlock.dev/internal/pgserver"
 )
 
 // chaosInvocation is a parsed `redlock-bench chaos` command line.
@@ -25,6 +26,7 @@ type chaosInvocation struct {
 	cfg    chaos.Config
 	format string
 	json   string // also write the rows as JSON to this file
+	store  string // memory or postgres
 }
 
 func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
@@ -42,6 +44,8 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	fs.DurationVar(&c.Retry, "retry", 0, "a worker's longest pause after a lost attempt (default 20ms)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.json, "json", "", "also write the rows as JSON to this file")
+	fs.StringVar(&inv.store, "store", "memory", "the fenced store: memory (in this process, served to the workers) or postgres (tables guarded by pgfence)")
+	fs.StringVar(&c.PGDSN, "pg-dsn", "", "with -store postgres: this database (tables with a prefix of their own, dropped afterwards); empty: a throw-away PostgreSQL the run starts")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench chaos [flags]\n\n"+
 			"Each known way a Redis lock fails, injected on real redis-server processes with worker\n"+
@@ -64,6 +68,12 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	if !slices.Contains(output.Formats, inv.format) {
 		return nil, usage(fs, "-o %q: want one of %v", inv.format, output.Formats)
 	}
+	switch {
+	case inv.store != "memory" && inv.store != "postgres":
+		return nil, usage(fs, "-store %q: want memory or postgres", inv.store)
+	case c.PGDSN != "" && inv.store != "postgres":
+		return nil, usage(fs, "-pg-dsn needs -store postgres")
+	}
 	return inv, nil
 }
 
@@ -77,6 +87,15 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	inv.cfg.Progress = stderr
+	if inv.store == "postgres" && inv.cfg.PGDSN == "" {
+		srv, err := pgserver.Start(ctx, pgserver.Options{})
+		if err != nil {
+			fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", oneLine(err))
+			return exitError
+		}
+		defer srv.Stop()
+		inv.cfg.PGDSN = srv.DSN("postgres")
+	}
 	start := time.Now()
 	rows, err := chaos.Run(ctx, inv.cfg)
 	if err == nil || len(rows) > 0 {

@@ -29,7 +29,15 @@ type Config struct {
 	TTL         time.Duration // lock TTL (default 1 s with Quick, else 2 s)
 	NodeTimeout time.Duration // per-master timeout (default 50 ms)
 	Retry       time.Duration // the longest pause of a worker after a lost attempt (default 20 ms)
+	PGDSN       string        // the store: tables of their own in this PostgreSQL database; "": in memory
 	Progress    io.Writer     // a line per finished run, if set
+}
+
+func (c *Config) store() string {
+	if c.PGDSN != "" {
+		return "postgres"
+	}
+	return "memory"
 }
 
 func (c *Config) defaults() error {
@@ -86,6 +94,7 @@ func (c *Config) defaults() error {
 type Row struct {
 	Scenario            string  `json:"scenario"`
 	Variant             string  `json:"variant"` // how the fault was made, where there is a choice
+	Store               string  `json:"store"`   // memory or postgres
 	Runs                int     `json:"runs"`
 	Acquisitions        int     `json:"acquisitions"`
 	LockOverlaps        int     `json:"lock_overlaps"`
@@ -133,7 +142,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		for i := range cfg.Runs {
 			res, err := runOnce(ctx, cfg, sc)
 			if skip := (*skipError)(nil); errors.As(err, &skip) {
-				rows = append(rows, Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Skipped: skip.Error()})
+				rows = append(rows, Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Store: cfg.store(), Skipped: skip.Error()})
 				runs = nil
 				break
 			}
@@ -198,10 +207,9 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 	if w.counter, err = w.startRedis(ctx, "counter", redisserver.Options{}); err != nil {
 		return res, err
 	}
-	if w.store, err = startMemStore(); err != nil {
+	if err := w.startStore(ctx); err != nil {
 		return res, err
 	}
-	defer w.store.close()
 	for i := range w.size.workers {
 		if err := w.startWorker(i); err != nil {
 			return res, err
@@ -223,7 +231,11 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 	for _, wp := range w.workers {
 		wp.stop(w.size.ttl + 2*time.Second)
 	}
-	h := w.rec.history(w.store.final())
+	final, err := w.final(ctx)
+	if err != nil {
+		return res, err
+	}
+	h := w.rec.history(final)
 	res.counts = chaoscheck.Check(h, 10*time.Second)
 	w.rec.mu.Lock()
 	res.attempts, res.majority, res.peakG, res.peakHeap, res.bad = w.rec.attempts, w.rec.majority, w.rec.peakG, w.rec.peakHeap, w.rec.bad
@@ -253,7 +265,7 @@ func (r result) recovery() time.Duration {
 
 // row sums the runs of sc and judges them.
 func (sc *scenario) row(cfg Config, runs []result) Row {
-	r := Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Runs: len(runs), FaultInjected: true, Linearizable: "ok", RecoveryMs: 0}
+	r := Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Store: cfg.store(), Runs: len(runs), FaultInjected: true, Linearizable: "ok", RecoveryMs: 0}
 	var during, before, unavailable []time.Duration
 	for _, res := range runs {
 		c := res.counts
@@ -339,6 +351,9 @@ func (sc *scenario) row(cfg Config, runs []result) Row {
 	}
 	if sc.mustObserve && !r.Observed {
 		fail("no overlap and no stale write: the fault did not provoke what it is for")
+	}
+	if sc.mustObserve && r.UnfencedDuplicates == 0 {
+		fail("the lock alone let no duplicate through: the unfenced twin shows nothing")
 	}
 	if sc.judge != nil {
 		sc.judge(cfg, runs, &r, fail)

@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/internal/clockshim"
 	"quorumlock.dev/internal/netns"
 	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/sentinel"
 )
 
 // scenario is one way a Redis lock fails, and what must hold while it does.
@@ -24,12 +25,13 @@ type scenario struct {
 	variant string // how the fault is made, where there is a choice ("redis-server" by default)
 	about   string // one line for the usage text
 
-	proxied     bool // masters behind fault proxies
-	mustObserve bool // the lock alone cannot hold here: an overlap or a stale write must be seen
-	resources   int  // resources the workers compete for (default 2)
-	loops       int  // goroutines per worker (default 1)
-	workers     int  // worker processes (default Config.Workers)
-	longHold    bool // holds last most of the TTL, so that a holder is inside when the fault hits
+	proxied     bool          // masters behind fault proxies
+	mustObserve bool          // the lock alone cannot hold here: an overlap or a stale write must be seen
+	resources   int           // resources the workers compete for (default 2)
+	loops       int           // goroutines per worker (default 1)
+	workers     int           // worker processes (default Config.Workers)
+	longHold    bool          // holds last most of the TTL, so that a holder is inside when the fault hits
+	minTTL      time.Duration // a TTL at least this long: the fault takes that long to land
 
 	prepare func(ctx context.Context, w *world) error                          // before the masters start
 	server  func(w *world, i int) redisserver.Options                          // master i's options
@@ -51,6 +53,7 @@ func (sc *scenario) sizeFor(cfg Config) size {
 	if sc.resources != 0 {
 		s.resources = sc.resources
 	}
+	s.ttl = max(s.ttl, sc.minTTL)
 	if sc.longHold {
 		s.hold = s.ttl * 7 / 10
 	}
@@ -89,6 +92,8 @@ func init() {
 			proxied: true, inject: proxyFault("blackhole"), judge: judgeNoErrors},
 		{name: "paused-master-ghost", about: "a master is SIGSTOPped with SETs in flight and resumed: late SETs apply",
 			inject: pausedMasterGhost, judge: judgeGhost},
+		{name: "failover", variant: "sentinel", about: "a master's primary dies before its replica got our key; Sentinel promotes the replica",
+			mustObserve: true, resources: 1, longHold: true, minTTL: 3 * time.Second, prepare: failoverPrepare, inject: failover},
 		{name: "partition", variant: "netns", about: "the client cut off from 3 of 5 masters (network namespaces, iptables DROP), then healed",
 			prepare: partitionPrepare, server: partitionServer, inject: partition, judge: judgePartition},
 		{name: "overload", about: "3 of 5 masters slower than the node timeout under many workers, then healed",
@@ -527,4 +532,66 @@ func serverTime(ctx context.Context, addr string) (time.Time, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	return c.Time(ctx).Result()
+}
+
+// --- a failover to a replica that lacks the key ---
+
+// failoverPrepare makes master 0 a primary with a replica under Sentinel; the workers reach it
+// through Sentinel.
+func failoverPrepare(ctx context.Context, w *world) error {
+	g, err := sentinel.Start(ctx, sentinel.Options{})
+	if err != nil {
+		return err
+	}
+	w.addCleanup(func() { _ = g.Stop() })
+	w.group = g
+	w.servers = make([]*redisserver.Server, w.cfg.Masters)
+	w.masters = make([]master, w.cfg.Masters)
+	w.direct = make([]string, w.cfg.Masters) // "": the majority check does not ask master 0
+	w.masters[0] = master{Sentinels: g.SentinelAddrs(), Name: g.MasterName()}
+	return nil
+}
+
+// failover makes a lock live on masters 0, 1 and 2 only (3 and 4 down), with master 0's
+// replica holding back replication; kills master 0's primary, waits for Sentinel to promote
+// the replica, which lacks the key, and brings 3 and 4 back empty: a contender can win 0, 3
+// and 4 while the holder is inside.
+func failover(ctx context.Context, w *world) (fault, error) {
+	f := fault{start: time.Now()}
+	for _, i := range []int{3, 4} {
+		if err := w.servers[i].Kill(); err != nil {
+			return f, err
+		}
+	}
+	if err := w.group.PauseReplication(ctx); err != nil {
+		return f, err
+	}
+	op, err := w.rec.claimed(ctx, time.Now().Add(2*w.cfg.NodeTimeout), nil)
+	if err != nil {
+		return f, err
+	}
+	f.resource = op.Resource
+	h, ok := w.rec.holder(op.Worker, op.Resource)
+	if !ok {
+		return f, fmt.Errorf("no live holding for worker %d's claim on %s", op.Worker, op.Resource)
+	}
+	if err := w.group.KillPrimary(ctx); err != nil {
+		return f, err
+	}
+	primary, err := w.group.WaitFailover(ctx)
+	if err != nil {
+		return f, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: primary, MaxRetries: -1})
+	tok, err := c.Get(ctx, "lock:"+op.Resource).Result()
+	c.Close()
+	// Verified: the promoted replica does not hold the holder's key.
+	f.injected = (err == nil && tok != h.Token) || errors.Is(err, redis.Nil)
+	for _, i := range []int{3, 4} {
+		if err := w.servers[i].Restart(ctx); err != nil {
+			return f, err
+		}
+	}
+	f.end = time.Now()
+	return f, nil
 }

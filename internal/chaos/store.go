@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -131,22 +132,25 @@ func (s *memStore) final() chaoscheck.Final {
 	return f
 }
 
-// storeClient is a worker's side of the store. Fenced calls are recorded: a call event before
-// the request, a ret event after it, so that a call cut short by a kill is still in the history.
-type storeClient struct {
-	base   string
-	worker int
-	http   *http.Client
-	seq    *atomic.Int64 // call ids, shared by the worker's loops
+// backend is where a worker's store calls go: the coordinator's memStore over HTTP, or
+// PostgreSQL. ok reports the outcome; err means no answer (it may have taken effect).
+type backend interface {
+	call(ctx context.Context, kind string, res string, f uint64, job int64, worker int) (answer, error)
 }
 
-func newStoreClient(base string, worker int, seq *atomic.Int64) *storeClient {
-	return &storeClient{base: base, worker: worker, http: &http.Client{Timeout: 5 * time.Second}, seq: seq}
+// httpBackend reaches the coordinator's memStore.
+type httpBackend struct {
+	base string
+	http *http.Client
 }
 
-func (c *storeClient) do(path string, res string, f uint64, job int64) (answer, error) {
-	q := url.Values{"res": {res}, "fence": {strconv.FormatUint(f, 10)}, "job": {strconv.FormatInt(job, 10)}, "worker": {strconv.Itoa(c.worker)}}
-	resp, err := c.http.Post(c.base+path+"?"+q.Encode(), "", nil)
+func (b httpBackend) call(ctx context.Context, kind string, res string, f uint64, job int64, worker int) (answer, error) {
+	q := url.Values{"res": {res}, "fence": {strconv.FormatUint(f, 10)}, "job": {strconv.FormatInt(job, 10)}, "worker": {strconv.Itoa(worker)}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/"+kind+"?"+q.Encode(), nil)
+	if err != nil {
+		return answer{}, err
+	}
+	resp, err := b.http.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
@@ -158,12 +162,22 @@ func (c *storeClient) do(path string, res string, f uint64, job int64) (answer, 
 	return a, nil
 }
 
+// storeClient is a worker's side of the store. Fenced calls are recorded: a call event before
+// the request, a ret event after it, so that a call cut short by a kill is still in the history.
+type storeClient struct {
+	b      backend
+	worker int
+	seq    *atomic.Int64 // call ids, shared by the worker's loops
+}
+
 // recorded runs one fenced call and records it.
 func (c *storeClient) recorded(out *emitter, kind chaoscheck.OpKind, res string, f uint64, job int64) answer {
 	id := int(c.seq.Add(1))
 	op := chaoscheck.Op{Worker: c.worker, Resource: res, Kind: kind, Fence: f, Job: job, Call: time.Now().UnixNano()}
 	out.emit(event{Kind: "call", ID: id, Op: &op})
-	a, err := c.do("/"+string(kind), res, f, job)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	a, err := c.b.call(ctx, string(kind), res, f, job, c.worker)
+	cancel()
 	op.Return = time.Now().UnixNano()
 	op.Outcome = a.Outcome
 	if err != nil {
@@ -186,11 +200,16 @@ func (c *storeClient) write(out *emitter, res string, f uint64, job int64) {
 	c.recorded(out, chaoscheck.Write, res, f, job)
 }
 
-func (c *storeClient) shadowRead(res string) int64 {
-	a, _ := c.do("/shadow-read", res, 0, 0)
-	return a.Job
+// shadowRead returns the shadow row's next job; ok is false when the store did not answer.
+func (c *storeClient) shadowRead(res string) (int64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := c.b.call(ctx, "shadow-read", res, 0, 0, c.worker)
+	return a.Job, err == nil
 }
 
 func (c *storeClient) shadowWrite(res string, job int64) {
-	_, _ = c.do("/shadow-write", res, 0, job)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = c.b.call(ctx, "shadow-write", res, 0, job, c.worker)
 }

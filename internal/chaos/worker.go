@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"runtime"
 	"sync"
@@ -64,7 +65,9 @@ type workerConfig struct {
 	Masters     []master      `json:"masters"`
 	Direct      []string      `json:"direct"`  // the masters' own addresses, bypassing proxies, for the majority check ("" skips one)
 	Counter     string        `json:"counter"` // the fence counter's address
-	Store       string        `json:"store"`   // the fenced store's base URL
+	Store       string        `json:"store"`   // the memory store's base URL, or ""
+	PGDSN       string        `json:"pg_dsn"`  // the PostgreSQL store's database, or ""
+	PGPrefix    string        `json:"pg_prefix"`
 	Resources   []string      `json:"resources"`
 	TTL         time.Duration `json:"ttl"`
 	NodeTimeout time.Duration `json:"node_timeout"`
@@ -143,10 +146,14 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 	if err != nil {
 		return err
 	}
+	b, err := dialStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	var seq atomic.Int64
 	var wg sync.WaitGroup
 	for range max(cfg.Loops, 1) {
-		wg.Go(func() { loop(ctx, cfg, client, direct, newStoreClient(cfg.Store, cfg.ID, &seq), out) })
+		wg.Go(func() { loop(ctx, cfg, client, direct, &storeClient{b: b, worker: cfg.ID, seq: &seq}, out) })
 	}
 	wg.Wait()
 	return nil
@@ -184,14 +191,16 @@ func critical(ctx context.Context, cfg workerConfig, l *redlock.Lock, direct []*
 	out.emit(event{Kind: "hold", Holding: &h, Majority: majority(ctx, cfg, direct, l)})
 
 	job, claimed := store.claim(out, l.Resource(), f)
-	shadow := store.shadowRead(l.Resource())
+	shadow, shadowOK := store.shadowRead(l.Resource())
 	sleep(ctx, cfg.Hold)
 	// No check of Until or Done here: a holder that paused can wake at any point, between the
 	// check and the write too. The write is where the fence must hold.
 	if claimed {
 		store.write(out, l.Resource(), f, job)
 	}
-	store.shadowWrite(l.Resource(), shadow)
+	if shadowOK {
+		store.shadowWrite(l.Resource(), shadow)
+	}
 
 	h.Released = time.Now().UnixNano()
 	out.emit(event{Kind: "hold", Holding: &h, Majority: -1})
@@ -234,6 +243,13 @@ func majority(ctx context.Context, cfg workerConfig, direct []*redis.Client, l *
 		return -1
 	}
 	return held
+}
+
+func dialStore(ctx context.Context, cfg workerConfig) (backend, error) {
+	if cfg.PGDSN != "" {
+		return dialPG(ctx, cfg.PGDSN, cfg.PGPrefix)
+	}
+	return httpBackend{base: cfg.Store, http: &http.Client{}}, nil
 }
 
 func outcome(err error) string {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/internal/chaoscheck"
@@ -23,6 +24,7 @@ import (
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/internal/netns"
 	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/sentinel"
 )
 
 // world is one run of a scenario: the masters, the fence counter, the store, the workers,
@@ -38,11 +40,14 @@ type world struct {
 	masters []master              // how workers reach each master
 	direct  []string              // each master's own address, for the majority check
 	counter *redisserver.Server
-	store   *memStore
+	store   *memStore     // the memory store; nil with PostgreSQL
+	pg      *pgxpool.Pool // the PostgreSQL store's database; nil with the memory store
+	prefix  string        // the PostgreSQL store's tables
 	workers []*workerProc
 	rec     *recorder
 	hosts   []*netns.Host      // the masters' network namespaces, in the partition scenario
 	clocks  []*clockshim.Clock // the clocks of the first masters, in the clock scenario
+	group   *sentinel.Group    // master 0 under Sentinel, in the failover scenario
 
 	cleanup []func()
 }
@@ -77,6 +82,35 @@ func (w *world) startRedis(ctx context.Context, name string, opt redisserver.Opt
 	}
 	w.addCleanup(func() { _ = s.Stop() })
 	return s, nil
+}
+
+// startStore makes the run's store: the memory store, or tables of their own in PostgreSQL.
+func (w *world) startStore(ctx context.Context) error {
+	if w.cfg.PGDSN == "" {
+		s, err := startMemStore()
+		if err != nil {
+			return err
+		}
+		w.store = s
+		w.addCleanup(s.close)
+		return nil
+	}
+	pool, err := pgxpool.New(ctx, w.cfg.PGDSN)
+	if err != nil {
+		return fmt.Errorf("chaos: postgres: %w", err)
+	}
+	w.addCleanup(pool.Close)
+	w.pg, w.prefix = pool, fmt.Sprintf("chaos_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	w.addCleanup(func() { _ = dropPG(context.Background(), pool, w.prefix) })
+	return setupPG(ctx, pool, w.prefix, resources(w.size.resources))
+}
+
+// final is what the store holds.
+func (w *world) final(ctx context.Context) (chaoscheck.Final, error) {
+	if w.store != nil {
+		return w.store.final(), nil
+	}
+	return finalPG(ctx, w.pg, w.prefix)
 }
 
 // startMasters starts the masters the scenario has not started itself, and proxies in front
@@ -133,9 +167,14 @@ func (w *world) startWorker(id int) error {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	cfg := workerConfig{
-		ID: id, Masters: w.masters, Direct: w.direct, Counter: w.counter.Addr(), Store: w.store.url,
+		ID: id, Masters: w.masters, Direct: w.direct, Counter: w.counter.Addr(),
 		Resources: resources(w.size.resources), TTL: w.size.ttl, NodeTimeout: w.cfg.NodeTimeout,
 		Hold: w.size.hold, Retry: w.cfg.Retry, Loops: w.size.loops,
+	}
+	if w.store != nil {
+		cfg.Store = w.store.url
+	} else {
+		cfg.PGDSN, cfg.PGPrefix = w.cfg.PGDSN, w.prefix
 	}
 	spec, err := json.Marshal(cfg)
 	if err != nil {
@@ -305,6 +344,19 @@ func (r *recorder) claimed(ctx context.Context, since time.Time, pred func(op ch
 	return r.waitFor(ctx, func(op chaoscheck.Op) bool {
 		return op.Kind == chaoscheck.Claim && op.Outcome == chaoscheck.OK && op.Call >= since.UnixNano() && (pred == nil || pred(op))
 	})
+}
+
+// holder returns worker's live holding of res: won, not released.
+func (r *recorder) holder(worker int, res string) (chaoscheck.Holding, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.order) - 1; i >= 0; i-- {
+		h := r.holdings[r.order[i]]
+		if h.Worker == worker && h.Resource == res && h.Released == 0 {
+			return *h, true
+		}
+	}
+	return chaoscheck.Holding{}, false
 }
 
 // acquisitions returns the number of locks won so far.
