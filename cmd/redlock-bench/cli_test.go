@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/internal/benchrun"
+	"quorumlock.dev/internal/chaos"
 	"quorumlock.dev/internal/output"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
@@ -24,6 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	chaos.MaybeWorker()      // the chaos subcommand's workers are this binary started again
 	redis.SetLogger(quiet{}) // the dead scenario dials dead masters on purpose
 	os.Exit(m.Run())
 }
