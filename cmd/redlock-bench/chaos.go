@@ -36,7 +36,7 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	c := &inv.cfg
 	var names string
 	fs.StringVar(&names, "scenario", "", "scenarios to run, comma-separated (default: all)")
-	fs.IntVar(&c.Runs, "runs", 0, "runs of each scenario (default 3, or 1 with -quick)")
+	fs.IntVar(&c.Runs, "runs", 0, "runs of each scenario (default 5, or 1 with -quick)")
 	fs.BoolVar(&c.Quick, "quick", false, "the small size the test suite runs")
 	fs.IntVar(&c.Workers, "workers", 0, "worker processes (default 4, or 3 with -quick)")
 	fs.DurationVar(&c.TTL, "ttl", 0, "lock TTL (default 2s, or 1s with -quick)")

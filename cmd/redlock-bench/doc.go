@@ -8,6 +8,7 @@
 //
 //	redlock-bench [flags]           the benchmark below
 //	redlock-bench fencing [flags]   the fence's duplicate-write benchmark
+//	redlock-bench chaos [flags]     failures injected on real servers, counted
 //
 // `redlock-bench -h` and `redlock-bench fencing -h` list every flag with its
 // default. Exit status 0 means success, 1 a failed run (a server could not
@@ -42,6 +43,16 @@
 // Each goroutine calls TryLock on a random one of -keys resources, holds the
 // lock for -hold, and calls Unlock. Contention is not retried: it counts as
 // contended.
+//
+// # Chaos
+//
+// redlock-bench chaos runs the chaos suite (-scenario, -runs, -quick, -store
+// memory|postgres, -pg-dsn, -o text|json|csv, -json FILE): each failure
+// injected on real redis-server processes while worker processes, this
+// binary started again, take locks and write through a fenced store. One
+// row per scenario; exit status 1 when a row did not hold. The scenarios,
+// the columns and the invariants are in docs/chaos.md. The output below is
+// the benchmark's, not the chaos suite's.
 //
 // # Output
 //

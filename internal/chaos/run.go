@@ -22,7 +22,7 @@ var ErrConfig = errors.New("chaos: bad configuration")
 // Config is what [Run] runs. The zero value of a field means its default.
 type Config struct {
 	Scenarios   []string      // names, in the order given; empty: every scenario
-	Runs        int           // runs of each scenario (default 1 with Quick, else 3)
+	Runs        int           // runs of each scenario (default 1 with Quick, else 5)
 	Quick       bool          // sizes small enough for the test suite
 	Masters     int           // lock masters (default 5)
 	Workers     int           // worker processes (default 3 with Quick, else 4)
@@ -42,7 +42,7 @@ func (c *Config) store() string {
 
 func (c *Config) defaults() error {
 	if c.Runs == 0 {
-		c.Runs = 3
+		c.Runs = 5
 		if c.Quick {
 			c.Runs = 1
 		}
@@ -220,6 +220,7 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 		return res, fmt.Errorf("%d locks won in 30 s of warm-up, want %d (worker logs in %s)", w.rec.acquisitions(), 2*w.size.workers, w.dir)
 	}
 
+	time.Sleep(w.size.steady)
 	fctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	res.fault, err = sc.inject(fctx, w)
 	cancel()
@@ -227,7 +228,7 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 		return res, fmt.Errorf("inject: %w", err)
 	}
 	// After the fault: time to recover, and for late holders to finish.
-	time.Sleep(w.size.ttl + 500*time.Millisecond)
+	time.Sleep(w.size.ttl + 500*time.Millisecond + w.size.steady)
 	for _, wp := range w.workers {
 		wp.stop(w.size.ttl + 2*time.Second)
 	}

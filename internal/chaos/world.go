@@ -56,6 +56,7 @@ type world struct {
 type size struct {
 	workers, loops, resources int
 	ttl, hold                 time.Duration
+	steady                    time.Duration // healthy running before the fault and after the recovery time
 }
 
 func (w *world) addCleanup(f func()) { w.cleanup = append(w.cleanup, f) }
