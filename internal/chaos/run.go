@@ -195,7 +195,13 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 	if w.dir, err = os.MkdirTemp("", "chaos-"+sc.name+"-"); err != nil {
 		return res, err
 	}
-	defer w.close()
+	defer func() {
+		if err != nil && !errors.As(err, new(*skipError)) {
+			w.keep = true
+			err = fmt.Errorf("%w (servers' and workers' logs in %s)", err, w.dir)
+		}
+		w.close()
+	}()
 	if sc.prepare != nil {
 		if err := sc.prepare(ctx, w); err != nil {
 			return res, err
@@ -217,7 +223,7 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res result, err err
 	}
 	// Warm up: every worker's client connected, locks being won.
 	if !waitUntil(30*time.Second, func() bool { return w.rec.acquisitions() >= 2*w.size.workers || ctx.Err() != nil }) {
-		return res, fmt.Errorf("%d locks won in 30 s of warm-up, want %d (worker logs in %s)", w.rec.acquisitions(), 2*w.size.workers, w.dir)
+		return res, fmt.Errorf("%d locks won in 30 s of warm-up, want %d", w.rec.acquisitions(), 2*w.size.workers)
 	}
 
 	time.Sleep(w.size.steady)

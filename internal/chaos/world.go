@@ -50,6 +50,7 @@ type world struct {
 	group   *sentinel.Group    // master 0 under Sentinel, in the failover scenario
 
 	cleanup []func()
+	keep    bool // leave dir behind: the run failed, and its logs say why
 }
 
 // size is what a run's length and load come to, from Config and the scenario.
@@ -69,7 +70,7 @@ func (w *world) close() {
 	for i := len(w.cleanup) - 1; i >= 0; i-- {
 		w.cleanup[i]()
 	}
-	if w.dir != "" {
+	if w.dir != "" && !w.keep {
 		_ = os.RemoveAll(w.dir)
 	}
 }
