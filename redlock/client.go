@@ -62,6 +62,7 @@ type Client struct {
 	quorum  int
 	group   quorum.Group // every round: all masters, a majority, the node timeout
 	cfg     config
+	push    pusher // subscriptions for waiters, made at the first wait
 }
 
 // New returns a client over masters, the Redis clients the caller already
@@ -169,24 +170,35 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	return c.attempt(ctx, resource, ttl)
+	l, _, err := c.attempt(ctx, resource, ttl)
+	return l, err
 }
 
-// Lock is [Client.TryLock] with retries: after a failed attempt it waits a
-// jittered delay and tries again, until it wins, the retry budget is spent
-// (see [WithRetry]) or ctx ends. The error is the last attempt's, joined
-// with ctx.Err() when the context ended the wait. A fence counter that went
-// backwards ([fence.ErrCounterRegressed]) ends the retries at once.
+// Lock is [Client.TryLock] that waits: after an attempt lost to another
+// holder it sleeps until the holder's release is published or its keys
+// expire on a majority, then tries again; after other failures it waits the
+// retry delay. It returns when it wins, when the attempts of [WithRetry]
+// are spent (by default there is no cap: bound the wait with ctx), or when
+// ctx ends, with the last attempt's error joined with ctx.Err(). A fence
+// counter that went backwards ([fence.ErrCounterRegressed]) ends it at once.
 func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	var timer *time.Timer
+	var (
+		timer *time.Timer
+		w     *waiter // made at the first contended loss: an uncontended Lock pays nothing
+	)
+	defer func() {
+		if w != nil {
+			w.leave()
+		}
+	}()
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return nil, errors.Join(ErrNotAcquired, err)
 		}
-		l, err := c.attempt(ctx, resource, ttl)
+		l, round, err := c.attempt(ctx, resource, ttl)
 		if err == nil {
 			return l, nil
 		}
@@ -203,6 +215,14 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		if c.cfg.jitter > 0 {
 			wait += rand.N(c.cfg.jitter)
 		}
+		var wake <-chan struct{}
+		if round != nil && errors.Is(err, ErrNotAcquired) {
+			if w == nil {
+				w = c.join("lock:" + resource)
+			}
+			wait = c.plan(ctx, w, round, "lock:"+resource, wait)
+			wake = w.wake
+		}
 		c.cfg.logger.Debug("redlock: retrying", "resource", resource, "attempt", n, "wait", wait, "err", err)
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -212,6 +232,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		select {
 		case <-timer.C:
+		case <-wake:
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
 		}
@@ -242,7 +263,8 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // attempt is one round of the algorithm: SET NX on every master, the
 // validity check, the fence.
-func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+// On a loss it also returns the round, for the wait that follows.
+func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, *quorum.Round, error) {
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
 	l := newLock(c, resource, newToken())
@@ -272,11 +294,11 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 
 	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
-		return nil, c.roundError(ctx, round, released)
+		return nil, round, c.roundError(ctx, round, released)
 	}
 	if l.over(deadline, l.untilBoot) {
 		c.abandon(ctx, round, l)
-		return nil, fmt.Errorf("%w: majority reached after %v, no validity left of ttl %v",
+		return nil, nil, fmt.Errorf("%w: majority reached after %v, no validity left of ttl %v",
 			ErrQuorumUnavailable, time.Since(start), ttl)
 	}
 	if c.cfg.minter != nil {
@@ -286,15 +308,15 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 		switch {
 		case err != nil:
 			c.abandon(ctx, round, l)
-			return nil, errors.Join(ErrFenceUnavailable, err)
+			return nil, nil, errors.Join(ErrFenceUnavailable, err)
 		case l.over(deadline, l.untilBoot):
 			c.abandon(ctx, round, l)
-			return nil, fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
+			return nil, nil, fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
 		}
 		l.fence, l.fenced = v, true
 	}
 	l.until = deadline
-	return l, nil
+	return l, nil, nil
 }
 
 // abandon releases the key of a failed attempt on every master, with a

@@ -11,7 +11,17 @@
 // clock from before the first SET was sent; [Lock.Until] says when that is.
 // The drift term (default 1% of the TTL plus 2 ms) allows for the masters'
 // clocks running at a different rate from ours. A lost attempt is released
-// on every master, and [Client.Lock] retries after a random delay.
+// on every master.
+//
+// # Waiting
+//
+// [Client.Lock] waits until it wins or its context ends (cap the attempts
+// with [WithRetry]). After losing to a holder it reads how long the
+// holder's keys have left and sleeps until a majority of them expire, or
+// until the holder's Unlock, which publishes on each master, wakes it; it
+// then tries at once. The client keeps one subscription connection per
+// master for this, opened at the first wait; [Client.Close] closes them.
+// A lost message costs a waiter the holder's remaining TTL, never the lock.
 //
 // # What the lock promises, and what it does not
 //

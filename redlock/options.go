@@ -15,7 +15,7 @@ const (
 	DefaultNodeTimeout   = 50 * time.Millisecond
 	DefaultDriftFactor   = 0.01
 	DefaultDriftConstant = 2 * time.Millisecond
-	DefaultRetryAttempts = 32
+	DefaultRetryAttempts = 0 // no cap: Lock waits until it wins or its context ends
 	DefaultRetryDelay    = 50 * time.Millisecond
 	DefaultRetryJitter   = 50 * time.Millisecond
 )
@@ -62,9 +62,11 @@ func WithDrift(factor float64, constant time.Duration) Option {
 }
 
 // WithRetry sets how [Client.Lock] retries: at most attempts attempts in
-// all (0: until the context ends), waiting delay plus a uniformly random
-// part of jitter between two attempts, so that competing clients fall out
-// of step. Defaults: 32 attempts, 50 ms, 50 ms.
+// all (0, the default: until the context ends). After an attempt lost to a
+// holder, Lock waits for the holder's release or expiry (so n attempts may
+// take n TTLs); delay plus a uniformly random part of jitter is the wait
+// after other failures, and the polling interval when no release can reach
+// it (a master without Subscribe, a subscription down). Defaults: 50 ms, 50 ms.
 func WithRetry(attempts int, delay, jitter time.Duration) Option {
 	return func(c *config) { c.attempts, c.delay, c.jitter = attempts, delay, jitter }
 }

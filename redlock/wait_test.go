@@ -1,0 +1,358 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/redistest"
+)
+
+// roundOf makes a finished round whose nodes gave answers.
+func roundOf(answers ...quorum.Answer) *quorum.Round {
+	return quorum.Group{Nodes: len(answers), Timeout: time.Second}.Do(context.Background(), func(_ context.Context, i int) (bool, error) {
+		switch answers[i] {
+		case quorum.Agreed:
+			return true, nil
+		case quorum.Refused:
+			return false, nil
+		}
+		return false, errors.New("down")
+	})
+}
+
+func TestWakeAfter(t *testing.T) {
+	A, R, F := quorum.Agreed, quorum.Refused, quorum.Failed
+	held := func(tok string, ms int64) holderReply { return holderReply{ok: true, token: tok, pttl: ms} }
+	gone := holderReply{ok: true, pttl: -2}
+	none := holderReply{}
+	tests := []struct {
+		name    string
+		answers []quorum.Answer
+		replies []holderReply
+		free    time.Duration
+		known   bool
+		holder  string
+	}{
+		{"one holder on all", []quorum.Answer{R, R, R}, []holderReply{held("h", 300), held("h", 200), held("h", 100)}, 200 * time.Millisecond, true, "h"},
+		{"ours on one, released", []quorum.Answer{A, R, R}, []holderReply{none, held("h", 500), held("h", 900)}, 500 * time.Millisecond, true, "h"},
+		{"key gone since", []quorum.Answer{R, R, R}, []holderReply{gone, gone, held("h", 900)}, 0, true, ""},
+		{"no expiry", []quorum.Answer{R, R, R}, []holderReply{held("h", -1), held("h", -1), held("h", 50)}, 0, false, "h"},
+		{"failed masters never free", []quorum.Answer{F, F, R}, []holderReply{none, none, held("h", 50)}, 0, false, ""},
+		{"split between losers", []quorum.Answer{R, R, R, R, A}, []holderReply{held("a", 900), held("a", 800), held("b", 700), held("b", 600), none}, 700 * time.Millisecond, true, ""},
+		{"script failed", []quorum.Answer{R, R, R}, []holderReply{none, held("h", 10), held("h", 20)}, 20 * time.Millisecond, true, "h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			free, known, holder := wakeAfter(roundOf(tt.answers...), tt.replies, quorum.Majority(len(tt.answers)))
+			assert.Equal(t, tt.known, known, "known")
+			if tt.known {
+				assert.Equal(t, tt.free, free)
+			}
+			assert.Equal(t, tt.holder, holder)
+		})
+	}
+}
+
+// waitMasters starts n redis-servers and returns a client of each and one
+// more client of each for the test's own commands.
+func waitMasters(t *testing.T, n int) (masters []Master, admin []*redis.Client) {
+	t.Helper()
+	for _, s := range redistest.StartN(t, n, redisserver.Options{}) {
+		masters = append(masters, redistest.Client(t, s.Addr()))
+		admin = append(admin, redistest.Client(t, s.Addr()))
+	}
+	return masters, admin
+}
+
+func counting(masters []Master, sets *atomic.Int64) []Master {
+	out := make([]Master, len(masters))
+	for i, m := range masters {
+		out[i] = countingMaster{m.(*redis.Client), sets}
+	}
+	return out
+}
+
+// subscribed waits until every server has a subscriber on resource's
+// channel: the waiter is waiting.
+func subscribed(t *testing.T, admin []*redis.Client, resource string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, a := range admin {
+			n, err := a.PubSubNumSub(context.Background(), "lock:"+resource).Result()
+			if err != nil || n["lock:"+resource] < 1 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the waiter did not subscribe")
+}
+
+type lockResult struct {
+	l   *Lock
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, c *Client, resource string, ttl time.Duration) <-chan lockResult {
+	out := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, resource, ttl)
+		out <- lockResult{l, err, time.Now()}
+	}()
+	return out
+}
+
+// TestWaitDeadHolder: a holder that never releases (a key set by hand) is
+// waited out. With the defaults Lock waits past the ~2.4 s after which 32
+// fixed retries gave up, wins right after the keys expire, and spends a
+// handful of attempts, not a poll loop.
+func TestWaitDeadHolder(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	const dead = 3 * time.Second
+	before := time.Now()
+	for _, a := range admin {
+		require.NoError(t, a.Set(context.Background(), "lock:"+res, "dead-holder", dead).Err())
+	}
+	var sets atomic.Int64
+	c := newTestClient(t, counting(masters, &sets))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), dead+10*time.Second)
+	defer cancel()
+	l, err := c.Lock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(before), dead-10*time.Millisecond, "won while the dead holder's keys lived")
+	assert.LessOrEqual(t, sets.Load(), int64(4*3), "more than 4 attempts: Lock polled")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestWaitWokenByRelease: the holder's Unlock wakes a waiter of another
+// client at once. The holder's TTL and the retry delay are long, so only
+// the published release can wake the waiter in time; after it won, its
+// subscriptions are dropped.
+func TestWaitWokenByRelease(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	holderC := newTestClient(t, masters)
+	waiterC := newTestClient(t, masters, WithRetry(0, time.Minute, 0))
+	t.Cleanup(func() { _ = waiterC.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder, err := holderC.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	got := lockAsync(ctx, waiterC, res, time.Minute)
+	subscribed(t, admin, res)
+	time.Sleep(20 * time.Millisecond) // let the waiter go to sleep on its timer
+	require.NoError(t, holder.Unlock(ctx))
+	released := time.Now()
+
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Less(t, r.at.Sub(released), 10*time.Second, "the waiter slept through the release")
+	require.NoError(t, r.l.Unlock(ctx))
+	require.Eventually(t, func() bool {
+		n, err := admin[0].PubSubNumSub(ctx, "lock:"+res).Result()
+		return err == nil && n["lock:"+res] == 0
+	}, 5*time.Second, time.Millisecond, "the channel is still subscribed after the wait")
+}
+
+// TestWaitLostNotification: a release that never reaches the waiter costs
+// it the timer, not the lock.
+func TestWaitLostNotification(t *testing.T) {
+	t.Run("keys deleted without a message", func(t *testing.T) {
+		masters, admin := waitMasters(t, 3)
+		res := resourceName(t)
+		const ttl = 2 * time.Second
+		for _, a := range admin {
+			require.NoError(t, a.Set(context.Background(), "lock:"+res, "gone-holder", ttl).Err())
+		}
+		c := newTestClient(t, masters, WithRetry(0, time.Minute, 0))
+		t.Cleanup(func() { _ = c.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		got := lockAsync(ctx, c, res, time.Minute)
+		subscribed(t, admin, res)
+		time.Sleep(20 * time.Millisecond)
+		for _, a := range admin {
+			require.NoError(t, a.Del(ctx, "lock:"+res).Err()) // no PUBLISH
+		}
+		r := <-got
+		require.NoError(t, r.err)
+		assert.GreaterOrEqual(t, r.at.Sub(start), ttl/2, "woken without a message")
+		require.NoError(t, r.l.Unlock(ctx))
+	})
+	t.Run("subscription connections killed", func(t *testing.T) {
+		masters, admin := waitMasters(t, 3)
+		res := resourceName(t)
+		holderC := newTestClient(t, masters)
+		waiterC := newTestClient(t, masters, WithRetry(0, time.Minute, 0))
+		t.Cleanup(func() { _ = waiterC.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		holder, err := holderC.TryLock(ctx, res, 2*time.Second)
+		require.NoError(t, err)
+		got := lockAsync(ctx, waiterC, res, time.Minute)
+		subscribed(t, admin, res)
+		for _, a := range admin {
+			require.NoError(t, a.Do(ctx, "client", "kill", "type", "pubsub").Err())
+		}
+		require.NoError(t, holder.Unlock(ctx))
+		r := <-got
+		require.NoError(t, r.err, "a lost subscription broke the wait")
+		require.NoError(t, r.l.Unlock(ctx))
+	})
+}
+
+// TestCloseStopsSubscriptions: the subscriptions outlive a wait (one
+// connection and two goroutines per master) until Close; after Close the
+// client still locks, on its timer.
+func TestCloseStopsSubscriptions(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	c := newTestClient(t, masters, WithRetry(0, 10*time.Millisecond, 0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	pubsubClients := func() int {
+		n := 0
+		for _, a := range admin {
+			list, err := a.ClientList(ctx).Result()
+			require.NoError(t, err)
+			n += pubsubLines(list)
+		}
+		return n
+	}
+
+	wctx, wcancel := context.WithCancel(ctx)
+	got := lockAsync(wctx, c, res, time.Minute)
+	subscribed(t, admin, res)
+	assert.Equal(t, len(masters), pubsubClients(), "one subscription connection per master")
+	during := runtime.NumGoroutine()
+	wcancel()
+	require.ErrorIs(t, (<-got).err, ErrNotAcquired)
+
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close(), "Close is idempotent")
+	// Other goroutines only end meanwhile: Close must end at least the
+	// subscribers' two per master.
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= during-2*len(masters) }, 5*time.Second, 10*time.Millisecond,
+		"goroutines left after Close: %d, while waiting: %d", runtime.NumGoroutine(), during)
+
+	// Locking after Close works, without push.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = holder.Unlock(context.WithoutCancel(ctx))
+	}()
+	l, err := c.Lock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Equal(t, 0, pubsubClients(), "Lock after Close subscribed again")
+}
+
+// pubsubLines counts the connections of a CLIENT LIST reply that have a
+// subscription.
+func pubsubLines(list string) int {
+	n := 0
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWaitRetryCap: WithRetry's attempts still cap a Lock that waits on a
+// holder's TTL (miniredis: its keys do not expire unless told).
+func TestWaitRetryCap(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	res := resourceName(t)
+	for _, s := range servers {
+		require.NoError(t, s.Set("lock:"+res, "someone-else"))
+		s.SetTTL("lock:"+res, 50*time.Millisecond)
+	}
+	var sets atomic.Int64
+	c := newTestClient(t, counting(masters, &sets), WithRetry(3, time.Millisecond, 0))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Lock(ctx, res, time.Minute)
+	assert.Nil(t, l)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.NoError(t, ctx.Err(), "the cap, not the context, ended Lock")
+	assert.Equal(t, int64(3*3), sets.Load(), "3 attempts on 3 masters")
+}
+
+// TestWaitCancelled: ending the context ends a long wait promptly.
+func TestWaitCancelled(t *testing.T) {
+	servers, masters := miniMasters(t, 3)
+	res := resourceName(t)
+	for _, s := range servers {
+		require.NoError(t, s.Set("lock:"+res, "someone-else"))
+		s.SetTTL("lock:"+res, time.Minute)
+	}
+	c := newTestClient(t, masters, WithRetry(0, time.Minute, 0))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wctx, wcancel := context.WithCancel(ctx)
+	got := lockAsync(wctx, c, res, time.Minute)
+	time.Sleep(100 * time.Millisecond)
+	wcancel()
+	cancelled := time.Now()
+	select {
+	case r := <-got:
+		assert.Nil(t, r.l)
+		assert.ErrorIs(t, r.err, ErrNotAcquired)
+		assert.ErrorIs(t, r.err, context.Canceled)
+		assert.Less(t, r.at.Sub(cancelled), 5*time.Second)
+	case <-ctx.Done():
+		t.Fatal("Lock did not return after its context was cancelled")
+	}
+}
+
+// plainMaster hides every method but Master's: a master that cannot
+// subscribe.
+type plainMaster struct{ Master }
+
+// TestWaitWithoutSubscribe: masters that cannot subscribe are waited on by
+// the retry delay, and no subscriber is started.
+func TestWaitWithoutSubscribe(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	plain := make([]Master, len(masters))
+	for i, m := range masters {
+		plain[i] = plainMaster{m}
+	}
+	c := newTestClient(t, plain, WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	res := resourceName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = holder.Unlock(context.WithoutCancel(ctx))
+	}()
+	l, err := c.Lock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	c.push.mu.Lock()
+	defer c.push.mu.Unlock()
+	for _, s := range c.push.subs {
+		assert.Nil(t, s, "a subscriber for a master without Subscribe")
+	}
+}
