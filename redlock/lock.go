@@ -312,6 +312,12 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
 // [ErrLockLost] and the error, and the caller should stop its work.
 // Start it at least a node timeout before [Lock.Until].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	return l.extend(ctx, ttl, nil)
+}
+
+// extend is Extend; failed, when not nil, hears of a failure that ends the
+// lock before the lock's context is cancelled.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)) error {
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
@@ -325,8 +331,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: the lock has ended", ErrLockNotHeld)
 	}
 	if l.over(until, untilBoot) {
+		err := fmt.Errorf("%w: the lease ran out at %v", ErrLockNotHeld, until.Format(time.RFC3339Nano))
+		if failed != nil {
+			failed(err)
+		}
 		l.lose(errLeaseRanOut)
-		return fmt.Errorf("%w: the lease ran out at %v", ErrLockNotHeld, until.Format(time.RFC3339Nano))
+		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	ms := ttl.Milliseconds()
@@ -359,6 +369,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
 	}
 	if err != nil {
+		if failed != nil {
+			failed(err)
+		}
 		l.lose(fmt.Errorf("%w: Extend failed: %w", ErrLockLost, err))
 		l.releaseAll(ctx, round, nil) // what this Extend prolonged must not outlive the lock
 		return err

@@ -108,33 +108,51 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 		case now.Add(r.lease).After(r.until):
 			reason = ErrMaxHold
 		default:
-			err := l.Extend(context.Background(), r.ttl)
-			if err == nil {
+			reported := false
+			err := l.extend(context.Background(), r.ttl, func(err error) {
+				reported = true
+				l.report(err)
+			})
+			switch {
+			case err == nil:
 				l.c.cfg.logger.Debug("redlock: renewed", "resource", l.resource, "ttl", r.ttl)
 				seen = p
 				continue
+			case !reported && !l.isUnlocked():
+				// Ended by its lease before this extension: late, but a failure.
+				l.report(err)
 			}
-			reason = err
+			return // the failed Extend ended the lock and released its keys
 		}
-		l.renewalFailed(reason, reason == ErrNoProgress || reason == ErrMaxHold)
+		// Under op, so that an Unlock in flight is not reported as a failure.
+		l.op.Lock()
+		if l.isEnded() {
+			l.op.Unlock()
+			return
+		}
+		l.report(reason)
+		l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
+		l.op.Unlock()
+		_ = l.unlock(context.Background()) // its failures are logged by the release
 		return
 	}
 }
 
-// renewalFailed reports a renewal that could not be made and ends the
-// lock; release says whether the keys are still to be released (a failed
-// Extend has released them).
-func (l *Lock) renewalFailed(reason error, release bool) {
+func (l *Lock) isUnlocked() bool {
 	l.mu.Lock()
-	unlocked := l.unlocked
-	l.mu.Unlock()
-	if unlocked {
-		return // Unlock raced the Extend: nothing failed
-	}
+	defer l.mu.Unlock()
+	return l.unlocked
+}
+
+func (l *Lock) isEnded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// report logs a renewal that could not be made and tells the observer,
+// before the lock's context is cancelled.
+func (l *Lock) report(reason error) {
 	l.c.cfg.logger.Error("redlock: renewal failed; ending the lock", "resource", l.resource, "err", reason)
 	l.c.cfg.observer.RenewalFailed(l.resource, reason)
-	l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
-	if release {
-		_ = l.unlock(context.Background()) // its failures are logged by the release
-	}
 }
