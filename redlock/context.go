@@ -61,7 +61,11 @@ func (c *Client) Do(ctx context.Context, resource string, ttl time.Duration, fn 
 	fnErr := fn(fctx, l)
 	returned = true
 	stop()
-	return errors.Join(fnErr, l.finish(ctx))
+	lost := l.finish(ctx)
+	if lost != nil && errors.Is(fnErr, lost) {
+		return fnErr // fn returned the context's cause: once is enough
+	}
+	return errors.Join(fnErr, lost)
 }
 
 // finish unlocks after Do's fn returned and tells whether the lock was lost

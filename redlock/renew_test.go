@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,6 +189,18 @@ func TestRenew(t *testing.T) {
 		assert.ErrorIs(t, err, stalled)
 		assert.ErrorIs(t, err, ErrLockLost)
 		assert.ErrorIs(t, err, ErrNoProgress)
+		assert.Equal(t, 1, strings.Count(err.Error(), ErrLockLost.Error()), "the loss is told once: %v", err)
+		r.obs.reset()
+	})
+	t.Run("Do with fn returning the cause tells it once", func(t *testing.T) {
+		ttl := 300 * time.Millisecond
+		err := r.client.Do(ctx, resourceName(t), ttl, func(ctx context.Context, l *Lock) error {
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			waitDone(t, ctx, 5*time.Second, "fn's context open after the renewer gave up")
+			return context.Cause(ctx)
+		})
+		assert.ErrorIs(t, err, ErrNoProgress)
+		assert.Equal(t, 1, strings.Count(err.Error(), ErrLockLost.Error()), "the loss is told once: %v", err)
 		r.obs.reset()
 	})
 }
