@@ -25,7 +25,8 @@ var (
 // be safe for concurrent use and return quickly.
 type Observer interface {
 	// RenewalFailed: the renewer could not extend the lock on resource and
-	// ended it; reason wraps ErrNoProgress, ErrMaxHold or Extend's error.
+	// ended it; reason wraps ErrNoProgress, ErrMaxHold, Extend's error, or
+	// ErrLockLost when the lease ran out before the renewer's turn.
 	RenewalFailed(resource string, reason error)
 }
 
@@ -90,6 +91,7 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 			timer.Reset(min(wait, leaseCheck))
 			select {
 			case <-done:
+				l.reportLapse()
 				return
 			case <-timer.C:
 			}
@@ -97,6 +99,7 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 		}
 		select {
 		case <-done:
+			l.reportLapse()
 			return
 		default:
 		}
@@ -128,6 +131,7 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 		l.op.Lock()
 		if l.isEnded() {
 			l.op.Unlock()
+			l.reportLapse()
 			return
 		}
 		l.report(reason)
@@ -142,6 +146,18 @@ func (l *Lock) isUnlocked() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.unlocked
+}
+
+// reportLapse reports a lock whose lease ran out under the renewer, which
+// was late (a suspend, a starved process); an Unlock or Extend ended it
+// otherwise, and those callers have their answer.
+func (l *Lock) reportLapse() {
+	l.mu.Lock()
+	cause := l.cause
+	l.mu.Unlock()
+	if cause == errLeaseRanOut {
+		l.report(cause)
+	}
 }
 
 func (l *Lock) isEnded() bool {

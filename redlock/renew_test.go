@@ -225,6 +225,31 @@ func TestRenewMastersStopped(t *testing.T) {
 	require.Len(t, r.obs.told(), 1)
 }
 
+// TestRenewAfterSuspend: the machine sleeps past the lease under the
+// renewer. The lock ends and the lapse is reported once, whichever of the
+// renewer and the lease timer sees it first.
+func TestRenewAfterSuspend(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	obs := &recorder{}
+	c := newTestClient(t, masters, WithObserver(obs))
+	clk := &suspendClock{}
+	c.clock = clk
+	ctx := context.Background()
+	l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Renew(time.Minute, time.Hour))
+	l.Progress()
+	lctx := l.Context()
+	clk.sleep(2 * time.Minute)
+	waitDone(t, lctx, 3*leaseCheck, "the lock outlived the suspend")
+	assert.ErrorIs(t, context.Cause(lctx), ErrLockLost)
+	_ = l.Unlock(ctx) // the renewer has stopped when it returns
+	told := obs.told()
+	require.Len(t, told, 1, "the lapse is reported once")
+	assert.True(t, errors.Is(told[0], ErrLockNotHeld) || errors.Is(told[0], ErrLockLost),
+		"Extend's refusal, or the lost lease: %v", told[0])
+}
+
 func TestRenewArguments(t *testing.T) {
 	ctx := context.Background()
 	_, masters := miniMasters(t, 3)
