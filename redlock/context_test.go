@@ -25,7 +25,9 @@ func waitDone(t *testing.T, ctx context.Context, within time.Duration, msg strin
 func TestContext(t *testing.T) {
 	ctx := context.Background()
 	servers, masters := miniMasters(t, 3)
-	c := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond))
+	// Node timeouts with room under -race: a release or extension that
+	// timed out would change the outcome these tests look at.
+	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
 
 	t.Run("cancelled by Unlock", func(t *testing.T) {
 		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
@@ -52,7 +54,7 @@ func TestContext(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(lctx), ErrLockNotHeld)
 	})
 	t.Run("validity runs out", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), 80*time.Millisecond)
+		l, err := c.TryLock(ctx, resourceName(t), 150*time.Millisecond)
 		require.NoError(t, err)
 		lctx := l.Context()
 		waitDone(t, lctx, 5*time.Second, "context not cancelled after the lease")
@@ -78,11 +80,11 @@ func TestContext(t *testing.T) {
 		assert.ErrorIs(t, cause, ErrLockNotHeld, "the cause carries Extend's error")
 	})
 	t.Run("Extend keeps it alive", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), 100*time.Millisecond)
+		l, err := c.TryLock(ctx, resourceName(t), 150*time.Millisecond)
 		require.NoError(t, err)
 		lctx := l.Context()
 		require.NoError(t, l.Extend(ctx, time.Minute))
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 		assert.NoError(t, lctx.Err(), "cancelled although extended")
 		require.NoError(t, l.Unlock(ctx))
 	})
@@ -115,7 +117,7 @@ func TestContextAfterSuspend(t *testing.T) {
 func TestDo(t *testing.T) {
 	ctx := context.Background()
 	servers, masters := miniMasters(t, 3)
-	c := newTestClient(t, masters, WithNodeTimeout(10*time.Millisecond), WithRetry(1, 0, 0))
+	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithRetry(1, 0, 0))
 	gone := func(t *testing.T, res string) {
 		t.Helper()
 		for _, s := range servers {
@@ -147,7 +149,7 @@ func TestDo(t *testing.T) {
 	})
 	t.Run("lost while fn ran", func(t *testing.T) {
 		boom := errors.New("interrupted")
-		err := c.Do(ctx, resourceName(t), 80*time.Millisecond, func(ctx context.Context, l *Lock) error {
+		err := c.Do(ctx, resourceName(t), 150*time.Millisecond, func(ctx context.Context, l *Lock) error {
 			waitDone(t, ctx, 5*time.Second, "fn's context not cancelled when the lease ran out")
 			assert.ErrorIs(t, context.Cause(ctx), ErrLockLost)
 			return boom

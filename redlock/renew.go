@@ -43,7 +43,7 @@ func (l *Lock) Progress() { l.progress.Add(1) }
 // is left (at least two node timeouts), it extends the lock by ttl if
 // [Lock.Progress] was called since the last extension, never past maxHold
 // from now. When it cannot, it logs at Error, tells the [Observer], ends the
-// lock (its context's cause wraps [ErrLockLost]) and releases the masters.
+// lock (the cause of its context wraps [ErrLockLost]) and frees the masters.
 func (l *Lock) Renew(ttl, maxHold time.Duration) error {
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {

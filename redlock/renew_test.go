@@ -274,15 +274,15 @@ func TestRenewUnlockRace(t *testing.T) {
 	ctx := context.Background()
 	_, masters := miniMasters(t, 3)
 	obs := &recorder{}
-	c := newTestClient(t, masters, WithNodeTimeout(20*time.Millisecond), WithObserver(obs))
+	c := newTestClient(t, masters, WithObserver(obs)) // node timeout 50 ms
 	for i := range 20 {
-		ttl := 200 * time.Millisecond
+		ttl := 300 * time.Millisecond
 		l, err := c.TryLock(ctx, resourceName(t), ttl)
 		require.NoError(t, err)
 		require.NoError(t, l.Renew(ttl, time.Minute))
 		l.Progress()
-		// Around the first check (65 ms before Until), where the renewer extends.
-		time.Sleep(time.Until(l.Until()) - 75*time.Millisecond + time.Duration(i)*time.Millisecond)
+		// Around the first check (100 ms before Until), where the renewer extends.
+		time.Sleep(time.Until(l.Until()) - 110*time.Millisecond + time.Duration(i)*time.Millisecond)
 		require.NoError(t, l.Unlock(ctx))
 		assertStopped(t, l)
 	}
