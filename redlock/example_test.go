@@ -127,3 +127,62 @@ func ExampleWithFence() {
 	// newer than the last: true
 	// steps of one: true
 }
+
+func ExampleClient_Do() {
+	ms, stop := masters(3)
+	defer stop()
+	client, err := redlock.New(ms)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	err = client.Do(ctx, "invoice:counter", 10*time.Second, func(ctx context.Context, lock *redlock.Lock) error {
+		// ctx ends when the lock is lost: hand it to the work the lock guards.
+		fmt.Println("numbering invoices under", lock.Resource())
+		return ctx.Err()
+	})
+	fmt.Println("lost:", errors.Is(err, redlock.ErrLockLost), "err:", err)
+	// Output:
+	// numbering invoices under invoice:counter
+	// lost: false err: <nil>
+}
+
+// printObserver stands in for a metrics adapter.
+type printObserver struct{}
+
+func (printObserver) RenewalFailed(resource string, reason error) {
+	fmt.Println("renewal failed on", resource+":", reason)
+}
+
+func ExampleLock_Renew() {
+	ms, stop := masters(3)
+	defer stop()
+	client, err := redlock.New(ms, redlock.WithObserver(printObserver{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	ttl := 300 * time.Millisecond
+	err = client.Do(ctx, "outbox:relay", ttl, func(ctx context.Context, lock *redlock.Lock) error {
+		// Extended while batches go out, never for longer than an hour.
+		if err := lock.Renew(ttl, time.Hour); err != nil {
+			return err
+		}
+		for range 5 {
+			time.Sleep(50 * time.Millisecond) // send a batch
+			lock.Progress()
+		}
+		// Then the relay hangs: with no progress, it loses the lock at the
+		// next check instead of keeping it for ever.
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	fmt.Println("lost:", errors.Is(err, redlock.ErrLockLost), "stalled:", errors.Is(err, redlock.ErrNoProgress))
+	// Output:
+	// renewal failed on outbox:relay: redlock: no progress since the last extension
+	// lost: true stalled: true
+}

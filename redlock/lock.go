@@ -37,9 +37,16 @@ type Lock struct {
 	until     time.Time     // end of the lease on the monotonic clock
 	untilBoot time.Duration // the same end on the clock that counts suspend
 	ended     bool          // released, or known lost
-	done      chan struct{}
-	timer     *time.Timer
-	unlocked  bool
+	cause     error         // why it ended: errUnlocked, or one wrapping ErrLockLost
+	// The lock's own context, not a caller's: made by the first Context or
+	// Done, so that a holder that never asks pays nothing for it.
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	unlocked bool
+	renewer  chan struct{} // closed when the renewer of Renew has stopped; nil without one
+
+	progress atomic.Uint64 // advanced by Progress, read by the renewer
 }
 
 func newLock(c *Client, resource, token string) *Lock {
@@ -92,21 +99,24 @@ func (l *Lock) leftLocked() time.Duration {
 
 // Done returns a channel that is closed when the lock ends on this side:
 // its validity runs out (within a second when a suspend cut it short),
-// Unlock is called, or an Extend fails. A holder that selects on Done stops
-// in time; one that does not may outlive its lease.
+// Unlock is called, or an Extend fails. It is Context().Done(). A holder
+// that selects on Done stops in time; one that does not may outlive its lease.
 func (l *Lock) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done == nil {
-		// Made on first use, so holders that never ask pay nothing for it.
-		l.done = make(chan struct{})
+	return l.Context().Done()
+}
+
+// watchLocked makes the lock's context on first use and, while the lock is
+// held, the timer that ends it when the lease runs out; l.mu is held.
+func (l *Lock) watchLocked() context.Context {
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 		if l.ended {
-			close(l.done)
+			l.cancel(l.cause)
 		} else {
 			l.timer = time.AfterFunc(l.leftLocked(), l.expire)
 		}
 	}
-	return l.done
+	return l.ctx
 }
 
 func (l *Lock) expire() {
@@ -116,20 +126,21 @@ func (l *Lock) expire() {
 		l.timer.Reset(left)
 		return
 	}
-	l.endLocked()
+	l.endLocked(errLeaseRanOut)
 }
 
-// endLocked marks the lock over and closes Done; l.mu is held.
-func (l *Lock) endLocked() {
+// endLocked marks the lock over for cause and cancels its context; l.mu is
+// held. The first cause stays: a lock lost before Unlock stays lost.
+func (l *Lock) endLocked(cause error) {
 	if l.ended {
 		return
 	}
-	l.ended = true
+	l.ended, l.cause = true, cause
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	if l.done != nil {
-		close(l.done)
+	if l.cancel != nil {
+		l.cancel(cause)
 	}
 }
 
@@ -146,7 +157,22 @@ func (l *Lock) endLocked() {
 // lease had lapsed, and another holder may have had the lock meanwhile) or
 // when the lock was already released, and [ErrQuorumUnavailable] when too
 // many masters failed to tell; either joined with the per-master errors.
+//
+// A renewer started by [Lock.Renew] has stopped when Unlock returns.
 func (l *Lock) Unlock(ctx context.Context) error {
+	err := l.unlock(ctx)
+	l.mu.Lock()
+	stopped := l.renewer
+	l.mu.Unlock()
+	if stopped != nil {
+		// It sees the lock ended at once, or after the Extend it is in.
+		<-stopped
+	}
+	return err
+}
+
+// unlock is Unlock without waiting for the renewer, which calls it.
+func (l *Lock) unlock(ctx context.Context) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	l.mu.Lock()
@@ -155,7 +181,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: already unlocked", ErrLockNotHeld)
 	}
 	l.unlocked = true
-	l.endLocked()
+	l.endLocked(errUnlocked)
 	l.mu.Unlock()
 
 	// A majority that confirmed settles Unlock: a slow master is then
@@ -282,9 +308,16 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
 // majority still held our token, the current lease had not run out when
 // the majority answered, and validity is left of the new lease. A lapsed
 // lock is not brought back. A failed Extend ends the lock: Done is closed,
-// the keys it extended are released, and the caller should stop its work.
+// the keys it extended are released, the context's cause wraps
+// [ErrLockLost] and the error, and the caller should stop its work.
 // Start it at least a node timeout before [Lock.Until].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	return l.extend(ctx, ttl, nil)
+}
+
+// extend is Extend; failed, when not nil, hears of a failure that ends the
+// lock before the lock's context is cancelled.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)) error {
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
@@ -298,8 +331,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: the lock has ended", ErrLockNotHeld)
 	}
 	if l.over(until, untilBoot) {
-		l.lose()
-		return fmt.Errorf("%w: the lease ran out at %v", ErrLockNotHeld, until.Format(time.RFC3339Nano))
+		err := fmt.Errorf("%w: the lease ran out at %v", ErrLockNotHeld, until.Format(time.RFC3339Nano))
+		if failed != nil {
+			failed(err)
+		}
+		l.lose(errLeaseRanOut)
+		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	ms := ttl.Milliseconds()
@@ -332,7 +369,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
 	}
 	if err != nil {
-		l.lose()
+		if failed != nil {
+			failed(err)
+		}
+		l.lose(fmt.Errorf("%w: Extend failed: %w", ErrLockLost, err))
 		l.releaseAll(ctx, round, nil) // what this Extend prolonged must not outlive the lock
 		return err
 	}
@@ -345,8 +385,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-func (l *Lock) lose() {
+func (l *Lock) lose(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.endLocked()
+	l.endLocked(cause)
 }

@@ -32,6 +32,7 @@ type config struct {
 	minter        Minter
 	fenceSet      bool
 	logger        *slog.Logger
+	observer      Observer
 }
 
 func defaults() config {
@@ -43,6 +44,7 @@ func defaults() config {
 		delay:         DefaultRetryDelay,
 		jitter:        DefaultRetryJitter,
 		logger:        slog.New(slog.DiscardHandler),
+		observer:      nopObserver{},
 	}
 }
 
@@ -101,6 +103,12 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
+// WithObserver sets who is told of renewal failures (see [Observer]), for
+// example a metrics adapter. The default tells no one.
+func WithObserver(o Observer) Option {
+	return func(c *config) { c.observer = o }
+}
+
 func (c *config) validate() error {
 	switch {
 	case c.nodeTimeout <= 0:
@@ -117,6 +125,8 @@ func (c *config) validate() error {
 		return invalid("nil fence minter")
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
+	case nilcheck.Is(c.observer):
+		return invalid("nil observer")
 	}
 	return nil
 }

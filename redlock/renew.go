@@ -1,0 +1,174 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"quorumlock.dev/internal/clockdrift"
+)
+
+// The reasons the renewer of [Lock.Renew] gives when it ends a lock; the
+// lock's context cause wraps them with [ErrLockLost].
+var (
+	// ErrNoProgress: the holder called [Lock.Progress] not once since the
+	// last extension (or since Renew), so it is taken to be stuck.
+	ErrNoProgress = errors.New("redlock: no progress since the last extension")
+	// ErrMaxHold: one more extension would keep the lock past the maximum
+	// hold time given to Renew.
+	ErrMaxHold = errors.New("redlock: maximum hold time reached")
+)
+
+// Observer is told of events that an application may count, such as
+// metrics. Its methods are called from the client's goroutines: they must
+// be safe for concurrent use and return quickly.
+type Observer interface {
+	// RenewalFailed: the renewer could not extend the lock on resource and
+	// ended it; reason wraps ErrNoProgress, ErrMaxHold, Extend's error, or
+	// ErrLockLost when the lease ran out before the renewer's turn.
+	RenewalFailed(resource string, reason error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RenewalFailed(string, error) {}
+
+// Progress records that the holder has moved its work forward. The renewer
+// of [Lock.Renew] extends the lease only when Progress was called since the
+// last extension: a stuck holder loses the lock instead of keeping it.
+func (l *Lock) Progress() { l.progress.Add(1) }
+
+// Renew starts a renewer in the background: whenever a third of the lease
+// is left (at least two node timeouts), it extends the lock by ttl if
+// [Lock.Progress] was called since the last extension, never past maxHold
+// from now. When it cannot, it logs at Error, tells the [Observer], ends the
+// lock (the cause of its context wraps [ErrLockLost]) and frees the masters.
+func (l *Lock) Renew(ttl, maxHold time.Duration) error {
+	c := l.c
+	if err := c.check(l.resource, ttl); err != nil {
+		return err
+	}
+	lease := ttl.Truncate(time.Millisecond) - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	lead := max(lease/3, 2*c.cfg.nodeTimeout)
+	switch {
+	case lead > lease/2:
+		// Checks would come so close together that the holder would have
+		// to report progress almost continuously.
+		return invalid("ttl %v leaves a lease of %v, too short to renew: renewal starts %v before the end", ttl, lease, lead)
+	case maxHold <= 0:
+		return invalid("max hold %v is not positive", maxHold)
+	}
+	start, _ := c.clock.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return fmt.Errorf("%w: the lock has ended", ErrLockNotHeld)
+	}
+	if l.renewer != nil {
+		return invalid("the lock on %q already has a renewer", l.resource)
+	}
+	l.renewer = make(chan struct{})
+	go l.renew(renewal{ttl: ttl, lease: lease, lead: lead, until: start.Add(maxHold)},
+		l.watchLocked().Done(), l.progress.Load(), l.renewer)
+	return nil
+}
+
+type renewal struct {
+	ttl, lease, lead time.Duration
+	until            time.Time // no lease may end later: the maximum hold
+}
+
+func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan struct{}) {
+	defer close(stopped)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now, _ := l.c.clock.now()
+		if wait := l.Until().Sub(now) - r.lead; wait > 0 {
+			// Capped so that a suspend, which stops the timer, costs at most
+			// leaseCheck: Until counts the suspend.
+			timer.Reset(min(wait, leaseCheck))
+			select {
+			case <-done:
+				l.reportLapse()
+				return
+			case <-timer.C:
+			}
+			continue
+		}
+		select {
+		case <-done:
+			l.reportLapse()
+			return
+		default:
+		}
+		p := l.progress.Load()
+		var reason error
+		switch {
+		case p == seen:
+			reason = ErrNoProgress
+		case now.Add(r.lease).After(r.until):
+			reason = ErrMaxHold
+		default:
+			reported := false
+			err := l.extend(context.Background(), r.ttl, func(err error) {
+				reported = true
+				l.report(err)
+			})
+			switch {
+			case err == nil:
+				l.c.cfg.logger.Debug("redlock: renewed", "resource", l.resource, "ttl", r.ttl)
+				seen = p
+				continue
+			case !reported && !l.isUnlocked():
+				// Ended by its lease before this extension: late, but a failure.
+				l.report(err)
+			}
+			return // the failed Extend ended the lock and released its keys
+		}
+		// Under op, so that an Unlock in flight is not reported as a failure.
+		l.op.Lock()
+		if l.isEnded() {
+			l.op.Unlock()
+			l.reportLapse()
+			return
+		}
+		l.report(reason)
+		l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
+		l.op.Unlock()
+		_ = l.unlock(context.Background()) // its failures are logged by the release
+		return
+	}
+}
+
+func (l *Lock) isUnlocked() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unlocked
+}
+
+// reportLapse reports a lock whose lease ran out under the renewer, which
+// was late (a suspend, a starved process); an Unlock or Extend ended it
+// otherwise, and those callers have their answer.
+func (l *Lock) reportLapse() {
+	l.mu.Lock()
+	cause := l.cause
+	l.mu.Unlock()
+	if cause == errLeaseRanOut {
+		l.report(cause)
+	}
+}
+
+func (l *Lock) isEnded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// report logs a renewal that could not be made and tells the observer,
+// before the lock's context is cancelled.
+func (l *Lock) report(reason error) {
+	l.c.cfg.logger.Error("redlock: renewal failed; ending the lock", "resource", l.resource, "err", reason)
+	l.c.cfg.observer.RenewalFailed(l.resource, reason)
+}
