@@ -338,11 +338,21 @@ func newHistogram() *hdrhistogram.Histogram {
 func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress.Bar) ([]report.Row, error) {
 	tallies := make([]*tally, len(variants))
 	for i := range tallies {
-		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram(), wait: newHistogram(), handoff: newHistogram(), sections: make([]int64, c)}
+		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram()}
 	}
 	workers := make([]*worker, c)
 	for i := range workers {
-		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram(), wait: newHistogram()}
+		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
+	}
+	if cfg.Scenario == "contended" {
+		// Only here: the uncontended rows' heap (and so their GC) stays
+		// what it was.
+		for _, t := range tallies {
+			t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+		}
+		for _, w := range workers {
+			w.wait = newHistogram()
+		}
 	}
 	for round := range cfg.Rounds {
 		for i, v := range variants {
@@ -462,12 +472,14 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		t.contended += w.contended
 		t.unavailable += w.unavailable
 		t.errs += w.errs
-		t.wait.Merge(w.wait)
-		t.violations += w.violations
-		t.sections[w.id] += w.sections
 		w.acquire.Reset()
 		w.cycle.Reset()
-		w.wait.Reset()
+		if w.wait != nil {
+			t.wait.Merge(w.wait)
+			t.violations += w.violations
+			t.sections[w.id] += w.sections
+			w.wait.Reset()
+		}
 		w.attempts, w.acquired, w.contended, w.unavailable, w.errs, w.violations, w.sections = 0, 0, 0, 0, 0, 0, 0
 	}
 	for _, g := range v.guards {
