@@ -42,7 +42,7 @@ func (g *guard) end(i int, released time.Time) {
 	g.mu.Unlock()
 }
 
-// handoffs passes record the time from each release to the next section's
+// handoffs calls record with the time from each release to the next section's
 // acquisition, where the next holder is another goroutine; a goroutine that
 // takes the lock back is no handoff. A waiter whose Lock returned before the
 // releaser's Unlock did counts as 0.
