@@ -31,6 +31,7 @@ bench-redis: deps
 	bin/redlock-bench -backend redis-server -scenario dead -dead 2 -c 1,8 -d 5s -o json > docs/bench/dead2.json
 	bin/redlock-bench -backend redis-server -scenario dead -dead 3 -c 1 -d 5s -o json > docs/bench/dead3.json
 	bin/redlock-bench -backend redis-server -scenario scale -c 1,8 -d 3s -o json -plot docs/bench/scale.svg > docs/bench/scale.json
+	bin/redlock-bench -backend redis-server -scenario contended -c 8 -hold 1ms -d 5s -o json -plot docs/bench/contended.svg > docs/bench/contended.json
 
 # The incident review's duplicate-write benchmark: 1,000,000 jobs, unfenced and fenced.
 bench-fencing:

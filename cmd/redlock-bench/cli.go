@@ -46,13 +46,13 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.StringVar(&cfg.Backend.SingleAddr, "single-addr", "", "with -addrs: the server for the single-instance mode (default: the first of -addrs)")
 	fs.StringVar(&cfg.Backend.FenceAddr, "fence-addr", "", "with -addrs: the fence counter node (needed for -fence)")
 	fs.IntVar(&cfg.Masters, "masters", 5, "masters of the redlock mode")
-	fs.StringVar(&cfg.Scenario, "scenario", "healthy", "healthy | slow (one master behind a proxy: rows at 0 ms and -delay) | dead (-dead masters unreachable) | scale (masters 1, 3, 5, 7, 9)")
+	fs.StringVar(&cfg.Scenario, "scenario", "healthy", "healthy | slow (one master behind a proxy: rows at 0 ms and -delay) | dead (-dead masters unreachable) | scale (masters 1, 3, 5, 7, 9) | contended (-c goroutines wait in Lock for -keys resources, 1 by default)")
 	fs.StringVar(&conc, "c", "1,8,64", "concurrency: goroutines sharing one client, comma-separated; one row per value")
 	fs.DurationVar(&cfg.Duration, "d", 2*time.Second, "measuring time per row")
 	fs.Int64Var(&cfg.Cycles, "n", 0, "attempts per row instead of -d")
 	fs.DurationVar(&cfg.TTL, "ttl", 10*time.Second, "lock TTL")
 	fs.DurationVar(&cfg.NodeTimeout, "node-timeout", 50*time.Millisecond, "per-master timeout")
-	fs.IntVar(&cfg.Keys, "keys", 10000, "resources the locks are spread over (1: every goroutine wants the same lock)")
+	fs.IntVar(&cfg.Keys, "keys", 10000, "resources the locks are spread over (1: every goroutine wants the same lock; the contended scenario's default)")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "simulated critical section, e.g. 2ms or 200ms")
 	fs.BoolVar(&cfg.Fence, "fence", false, "mint a fencing token on each acquisition")
 	fs.DurationVar(&cfg.Delay, "delay", 30*time.Millisecond, "slow scenario: latency added to one master")
@@ -71,6 +71,9 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 		return nil, usage(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	cfg.Backend.Kind = backend
+	if cfg.Scenario == "contended" && !flagSet(fs, "keys") {
+		cfg.Keys = 1
+	}
 	if addrs != "" {
 		if set := flagSet(fs, "backend"); set && backend != "addrs" {
 			return nil, usage(fs, "-addrs and -backend %s exclude each other", backend)

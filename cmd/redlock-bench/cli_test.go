@@ -159,6 +159,73 @@ func TestFullContention(t *testing.T) {
 	}
 }
 
+// TestContendedScenario: goroutines wait in Lock for one resource, and the
+// rows say how long, how evenly, and that no two ever held it at once.
+func TestContendedScenario(t *testing.T) {
+	inv, err := parse([]string{"-scenario", "contended"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, inv.Config.Keys, "one resource unless -keys says otherwise")
+
+	// A node timeout and a TTL with room for a loaded machine under -race.
+	code, out, errOut := runCmd(t, "-scenario", "contended", "-d", "300ms", "-c", "4", "-hold", "1ms",
+		"-node-timeout", "500ms", "-ttl", "10s", "-o", "csv")
+	require.Equal(t, exitOK, code, errOut)
+	rows, err := reporttest.ReadCSV(strings.NewReader(out))
+	require.NoError(t, err, "the CSV header is the columns of this version")
+	require.Len(t, rows, 2)
+	assert.Equal(t, []string{"single", "redlock"}, []string{rows[0].Variant, rows[1].Variant})
+	assert.Equal(t, []int{1, 5}, []int{rows[0].Masters, rows[1].Masters})
+	for _, r := range rows {
+		assert.Equal(t, "contended", r.Scenario)
+		assert.Equal(t, 4, r.Concurrency)
+		assert.Equal(t, 1, r.Keys)
+		assert.Equal(t, 1.0, r.HoldMs)
+		assert.Zero(t, r.Violations, "%s: two goroutines held the lock at once", r.Variant)
+		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Unavailable)
+		assert.Positive(t, r.Acquired)
+		assert.Positive(t, r.SectionsPerSec)
+		assert.Positive(t, r.WaitP99Us)
+		assert.GreaterOrEqual(t, r.HandoffP99Us, r.HandoffP50Us)
+		// Today's Lock sleeps 50-100 ms after each lost attempt while the
+		// goroutine that just released takes the lock back, so in 300 ms a
+		// waiter may win nothing: fairness 0 is a finding, not a fault.
+		assert.GreaterOrEqual(t, r.Fairness, 0.0)
+		assert.LessOrEqual(t, r.Fairness, 1.0)
+		assert.Empty(t, r.RatioOf)
+		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors)
+	}
+
+	// Spread over many resources, every goroutine gets turns: fairness is
+	// carried through to the row, above 0 and at most 1.
+	rep := runJSON(t, "-scenario", "contended", "-keys", "64", "-d", "300ms", "-c", "4", "-rounds", "2", "-node-timeout", "500ms")
+	require.Len(t, rep.Results, 2)
+	for _, r := range rep.Results {
+		assert.Zero(t, r.Violations)
+		assert.Greater(t, r.Fairness, 0.0, "%s: a goroutine had no turn at 64 resources", r.Variant)
+		assert.LessOrEqual(t, r.Fairness, 1.0)
+	}
+
+	code, out, errOut = runCmd(t, "-scenario", "contended", "-d", "100ms", "-c", "2")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "handoff p99 µs")
+	assert.Contains(t, out, "fairness")
+}
+
+// TestUncontendedRowsCarryNoContendedFigures: the new columns are the
+// contended scenario's; the other scenarios' rows leave them at zero.
+func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
+	rep := runJSON(t, "-d", "100ms", "-c", "2", "-rounds", "1")
+	for _, r := range rep.Results {
+		assert.Zero(t, r.SectionsPerSec)
+		assert.Zero(t, r.WaitP99Us)
+		assert.Zero(t, r.HandoffP50Us)
+		assert.Zero(t, r.Fairness)
+		assert.Zero(t, r.Violations)
+		assert.Positive(t, r.Acquired)
+	}
+}
+
 func TestSlowScenario(t *testing.T) {
 	rep := runJSON(t, "-scenario", "slow", "-delay", "30ms", "-d", "300ms", "-c", "1", "-node-timeout", "500ms")
 	require.Len(t, rep.Results, 2)

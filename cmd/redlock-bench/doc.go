@@ -37,12 +37,24 @@
 //   - dead: -dead masters replaced by addresses nothing listens on, against
 //     the same masters all alive; ratio_of "healthy".
 //   - scale: redlock over 1, 3, 5, 7 and 9 masters; ratio_of "masters=3".
+//   - contended: redlock over -masters masters and single-instance, with
+//     waiting: -keys defaults to 1 here, and each goroutine calls Lock, which
+//     waits with the client's defaults, holds for -hold and calls Unlock.
+//     Each Lock call has its own deadline of twice the TTL, so a stuck run
+//     ends.
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
-// Each goroutine calls TryLock on a random one of -keys resources, holds the
-// lock for -hold, and calls Unlock. Contention is not retried: it counts as
-// contended.
+// In every scenario but contended, each goroutine calls TryLock on a random
+// one of -keys resources, holds the lock for -hold, and calls Unlock.
+// Contention is not retried: it counts as contended.
+//
+// In the contended scenario a Lock called before the end of a slice is
+// waited for, so no wait is left out; sections_per_sec and fairness count
+// the sections that began before the end. An in-process check counts
+// violations: each resource has a holder counter, raised when Lock returns
+// and lowered before Unlock, and a section that finds it above zero is one.
+// There the acquire_* columns are Lock's latency, over every call.
 //
 // # Chaos
 //
@@ -64,14 +76,14 @@
 //	variant          names the row in its scenario: single, redlock,
 //	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5
 //	masters          masters of the row's client (1 for single)
-//	scenario         healthy, slow, dead or scale
+//	scenario         healthy, slow, dead, scale or contended
 //	concurrency      goroutines sharing the client
 //	keys             resources the locks are spread over
 //	delay_ms         latency added to the slow master
 //	dead             unreachable masters
 //	fence            whether a fencing token was minted per lock
 //	hold_ms          time the lock was held
-//	attempts         TryLock calls
+//	attempts         TryLock calls (contended: Lock calls)
 //	cycles           locks acquired and released
 //	seconds          time spent measuring the row
 //	ops_per_sec      cycles per second
@@ -82,13 +94,22 @@
 //	acquire_max_us
 //	cycle_p50_us     TryLock + hold + Unlock, acquired cycles only
 //	acquired         TryLock succeeded and Unlock confirmed the lease
-//	contended        ErrNotAcquired
+//	contended        ErrNotAcquired (contended scenario: Lock gave up)
 //	unavailable      ErrQuorumUnavailable or ErrFenceUnavailable
 //	errors           anything else, failed Unlocks included
 //	allocs_per_op    heap allocations of the whole process per attempt
 //	cpu_seconds      user + system CPU of the whole process
 //	ratio_of         the row this row's p50 is compared with ("" for none)
 //	ratio_p50        acquire_p50_us over that row's
+//	sections_per_sec contended: sections begun per second of the slices
+//	handoff_p50_us   contended: from an Unlock returning to the next
+//	handoff_p99_us     holder's Lock returning, when that holder is
+//	                   another goroutine (a Lock that returned first: 0)
+//	wait_p99_us      contended: Lock called -> won, won calls only
+//	fairness         contended: fewest sections of a goroutine over the
+//	                   most (1 equal turns, 0 a goroutine had none)
+//	violations       contended: sections that began while another
+//	                   goroutine held the resource; must be 0
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
 // backend they include the in-process servers, most of the count, so the

@@ -1,6 +1,8 @@
 // Package benchrun measures the redlock client against its single-instance
 // mode: it opens a backend, builds each scenario's variants and measures them
-// in alternating slices into a [report.Report]. It writes nothing itself.
+// in alternating slices into a [report.Report]. The uncontended scenarios
+// make one TryLock attempt per cycle; the contended one calls Lock, which
+// waits. It writes nothing itself.
 package benchrun
 
 import (
@@ -28,7 +30,7 @@ import (
 )
 
 // Scenarios lists what -scenario accepts.
-var Scenarios = []string{"healthy", "slow", "dead", "scale"}
+var Scenarios = []string{"healthy", "slow", "dead", "scale", "contended"}
 
 // ScaleMasters are the master counts of the scale scenario.
 var ScaleMasters = []int{1, 3, 5, 7, 9}
@@ -101,6 +103,7 @@ type variant struct {
 	ratioTo   string     // the label of the variant this one is compared with; "" for none
 	client    *redlock.Client
 	resources []string
+	guards    []*guard // one per resource in the contended scenario, else nil
 }
 
 // Run opens the backend, measures every variant of the scenario at every
@@ -226,10 +229,16 @@ func (s *setup) variants() ([]*variant, error) {
 	}
 	var specs []spec
 	switch cfg.Scenario {
-	case "healthy":
+	case "healthy", "contended":
+		ratioTo := "single"
+		if cfg.Scenario == "contended" {
+			// Its latencies are waits for each other: the p50 of one over
+			// the other is not the cost of a quorum.
+			ratioTo = ""
+		}
 		specs = []spec{
 			{mode: "single", label: "single", addrs: []string{env.Single}},
-			{mode: "redlock", label: "redlock", ratioTo: "single", addrs: env.Masters[:n]},
+			{mode: "redlock", label: "redlock", ratioTo: ratioTo, addrs: env.Masters[:n]},
 		}
 	case "slow":
 		// Both rows go through a proxy to the same master, so its own cost
@@ -282,6 +291,12 @@ func (s *setup) variants() ([]*variant, error) {
 		for k := range v.resources {
 			v.resources[k] = fmt.Sprintf("%s:%d:%d", env.Prefix, i, k)
 		}
+		if cfg.Scenario == "contended" {
+			v.guards = make([]*guard, cfg.Keys)
+			for k := range v.guards {
+				v.guards[k] = &guard{}
+			}
+		}
 		variants[i] = v
 	}
 	return variants, nil
@@ -303,6 +318,13 @@ type tally struct {
 	seconds                                          float64
 	mallocs                                          uint64
 	cpu                                              time.Duration
+
+	// The contended scenario's: Lock's waits when it won, the handoffs
+	// between goroutines, overlapping sections, and sections per goroutine.
+	wait, handoff *hdrhistogram.Histogram
+	violations    int64
+	sections      []int64 // per goroutine, begun within the slices
+	window        float64 // seconds of the slices, without what ran on past their end
 }
 
 func newHistogram() *hdrhistogram.Histogram {
@@ -320,7 +342,17 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 	}
 	workers := make([]*worker, c)
 	for i := range workers {
-		workers[i] = &worker{acquire: newHistogram(), cycle: newHistogram()}
+		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
+	}
+	if cfg.Scenario == "contended" {
+		// Only here: the uncontended rows' heap (and so their GC) stays
+		// what it was.
+		for _, t := range tallies {
+			t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+		}
+		for _, w := range workers {
+			w.wait = newHistogram()
+		}
 	}
 	for round := range cfg.Rounds {
 		for i, v := range variants {
@@ -363,6 +395,9 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 			r.AllocsPerOp = float64(t.mallocs) / float64(t.attempts)
 		}
 		r.CPUSeconds = t.cpu.Seconds()
+		if v.guards != nil {
+			contendedFigures(&r, t)
+		}
 		rows[i] = r
 		p50[v.label] = r.AcquireP50Us
 	}
@@ -381,9 +416,12 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 // worker is one goroutine's part of a slice; its histograms are merged
 // into the variant's tally after each slice, so workers never share one.
 type worker struct {
+	id                                               int // its index in the slice's workers
 	acquire, cycle                                   *hdrhistogram.Histogram
 	attempts, acquired, contended, unavailable, errs int64
 	rng                                              *rand.Rand
+	wait                                             *hdrhistogram.Histogram // contended only
+	violations, sections                             int64                   // contended only
 }
 
 func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
@@ -401,7 +439,11 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.run(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			if v.guards != nil {
+				w.contend(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			} else {
+				w.run(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			}
 		}()
 	}
 	wg.Wait()
@@ -415,6 +457,11 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 	runtime.ReadMemStats(&after)
 
 	t.seconds += elapsed.Seconds()
+	if budget > 0 {
+		t.window += elapsed.Seconds()
+	} else {
+		t.window += d.Seconds()
+	}
 	t.cpu += cpu
 	t.mallocs += after.Mallocs - before.Mallocs
 	for _, w := range workers {
@@ -427,7 +474,17 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		t.errs += w.errs
 		w.acquire.Reset()
 		w.cycle.Reset()
-		w.attempts, w.acquired, w.contended, w.unavailable, w.errs = 0, 0, 0, 0, 0
+		if w.wait != nil {
+			t.wait.Merge(w.wait)
+			t.violations += w.violations
+			t.sections[w.id] += w.sections
+			w.wait.Reset()
+		}
+		w.attempts, w.acquired, w.contended, w.unavailable, w.errs, w.violations, w.sections = 0, 0, 0, 0, 0, 0, 0
+	}
+	for _, g := range v.guards {
+		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
+		g.sections = g.sections[:0]
 	}
 	return ctx.Err()
 }
@@ -448,20 +505,9 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 		_ = w.acquire.RecordValue(micros(acquired))
 		w.attempts++
 		bar.Add(1)
-		switch {
-		case err == nil:
-		case errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() == nil:
-			w.contended++
-			continue
-		case errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrFenceUnavailable):
-			w.unavailable++
-			continue
-		case errors.Is(err, redlock.ErrInvalidArgument):
-			invalid.CompareAndSwap(nil, &err)
-			return
-		default:
-			if ctx.Err() == nil {
-				w.errs++
+		if err != nil {
+			if !w.failed(ctx, err, invalid) {
+				return
 			}
 			continue
 		}
@@ -475,6 +521,25 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 		_ = w.cycle.RecordValue(micros(time.Since(start)))
 		w.acquired++
 	}
+}
+
+// failed counts an attempt that returned err. It returns false when no
+// attempt with these settings can succeed, and the worker must stop.
+func (w *worker) failed(ctx context.Context, err error, invalid *atomic.Pointer[error]) bool {
+	switch {
+	case errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() == nil:
+		w.contended++
+	case errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrFenceUnavailable):
+		w.unavailable++
+	case errors.Is(err, redlock.ErrInvalidArgument):
+		invalid.CompareAndSwap(nil, &err)
+		return false
+	default:
+		if ctx.Err() == nil {
+			w.errs++
+		}
+	}
+	return true
 }
 
 func micros(d time.Duration) int64 {

@@ -173,10 +173,25 @@ func writeText(w io.Writer, r *report.Report) error {
 	fmt.Fprintf(tw, "config: scenario %s, masters %d, ttl %s, node timeout %s, hold %s, keys %d, fence %t, rounds %d, %s\n\n",
 		c.Scenario, c.Masters, report.Duration(c.TTLms), report.Duration(c.NodeTimeout), report.Duration(c.HoldMs), c.Keys, c.Fence, c.Rounds, per)
 
+	if c.Scenario == "contended" {
+		writeContended(tw, r.Results, process)
+	} else {
+		writeUncontended(tw, r.Results, process)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("output: write text report: %w", err)
+	}
+	if sw.err != nil {
+		return fmt.Errorf("output: write text report: %w", sw.err)
+	}
+	return nil
+}
+
+func writeUncontended(tw io.Writer, rows []report.Row, process string) {
 	fmt.Fprintf(tw, "scenario\tvariant\tc\tkeys\tops/s\tp50 µs\tp90 µs\tp99 µs\tp99.9 µs\tmax µs\tcycle p50 µs\tacquired\tcontended\tunavailable\terrors\tallocs/op%s\tCPU s%s\tp50 ratio\n",
 		process, process)
-	for i, label := range report.Labels(r.Results, false) {
-		row := r.Results[i]
+	for i, label := range report.Labels(rows, false) {
+		row := rows[i]
 		// A ratio of 0 means the row it names measured nothing, not that
 		// this row was infinitely fast.
 		ratio := "-"
@@ -194,13 +209,21 @@ func writeText(w io.Writer, r *report.Report) error {
 			row.Acquired, row.Contended, row.Unavailable, row.Errors,
 			row.AllocsPerOp, row.CPUSeconds, ratio)
 	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("output: write text report: %w", err)
+}
+
+// writeContended prints the contended scenario's rows: its latencies are
+// Lock's waits for the others, so they get their own columns.
+func writeContended(tw io.Writer, rows []report.Row, process string) {
+	fmt.Fprintf(tw, "scenario\tvariant\tc\tkeys\tsections/s\tLock p50 µs\twait p99 µs\thandoff p50 µs\thandoff p99 µs\tfairness\tviolations\tacquired\tgave up\tunavailable\terrors\tallocs/op%s\tCPU s%s\n",
+		process, process)
+	for i, label := range report.Labels(rows, false) {
+		row := rows[i]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\n",
+			row.Scenario, label, row.Concurrency, row.Keys, fmtRate(row.SectionsPerSec),
+			fmtMicros(row.AcquireP50Us), fmtMicros(row.WaitP99Us), fmtMicros(row.HandoffP50Us), fmtMicros(row.HandoffP99Us),
+			row.Fairness, row.Violations, row.Acquired, row.Contended, row.Unavailable, row.Errors,
+			row.AllocsPerOp, row.CPUSeconds)
 	}
-	if sw.err != nil {
-		return fmt.Errorf("output: write text report: %w", sw.err)
-	}
-	return nil
 }
 
 // fmtMicros rounds a latency to the digits that mean something: a tenth of a

@@ -54,7 +54,7 @@ type Row struct {
 	Mode        string  `json:"mode"`     // redlock or single
 	Variant     string  `json:"variant"`  // names the row within its scenario; ratio_of refers to it
 	Masters     int     `json:"masters"`  // masters of this variant (1 for single)
-	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale
+	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale, contended
 	Concurrency int     `json:"concurrency"`
 	Keys        int     `json:"keys"`
 	DelayMs     float64 `json:"delay_ms"` // added latency on the slow master (slow scenario)
@@ -86,6 +86,15 @@ type Row struct {
 	// RatioOf, measured in the same run ("" and 0 when there is none).
 	RatioOf  string  `json:"ratio_of"`
 	RatioP50 float64 `json:"ratio_p50"`
+
+	// The contended scenario's figures (zero in every other row): each
+	// goroutine calls Lock, which waits, holds the lock and releases it.
+	SectionsPerSec float64 `json:"sections_per_sec"` // critical sections completed per second
+	HandoffP50Us   float64 `json:"handoff_p50_us"`   // a release returned -> another goroutine's Lock returned
+	HandoffP99Us   float64 `json:"handoff_p99_us"`
+	WaitP99Us      float64 `json:"wait_p99_us"` // Lock called -> won, won calls only
+	Fairness       float64 `json:"fairness"`    // fewest sections of a goroutine over the most
+	Violations     int64   `json:"violations"`  // sections that began while another goroutine held the resource
 }
 
 // Labels names each row for a table (chart false) or a chart: the variant

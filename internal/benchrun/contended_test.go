@@ -1,0 +1,63 @@
+package benchrun
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestFairness(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sections []int64
+		want     float64
+	}{
+		{"no goroutines", nil, 0},
+		{"nobody had a turn", []int64{0, 0, 0}, 0},
+		{"one starved", []int64{40, 0, 10}, 0},
+		{"equal turns", []int64{7, 7, 7, 7}, 1},
+		{"one goroutine", []int64{5}, 1},
+		{"fewest over most", []int64{30, 12, 60, 45}, 0.2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.InDelta(t, tc.want, fairness(tc.sections), 1e-12)
+		})
+	}
+}
+
+func TestHandoffs(t *testing.T) {
+	at := func(ms float64) time.Time {
+		return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(ms * float64(time.Millisecond)))
+	}
+	sections := []section{
+		{worker: 0, acquired: at(0), released: at(1.0)},
+		{worker: 0, acquired: at(1.1), released: at(2.0)},    // took it back: no handoff
+		{worker: 1, acquired: at(2.3), released: at(3.0)},    // 0 -> 1: 300 µs
+		{worker: 2, acquired: at(2.95), released: at(4.0)},   // won before 1's Unlock returned: 0
+		{worker: 3, acquired: at(5.0)},                       // 2 -> 3: 1 ms; its Unlock failed
+		{worker: 0, acquired: at(9.0), released: at(10.0)},   // after a failed release: unknown, left out
+		{worker: 1, acquired: at(10.05), released: at(11.0)}, // 0 -> 1: 50 µs
+	}
+	var got []time.Duration
+	handoffs(sections, func(d time.Duration) { got = append(got, d) })
+	assert.Equal(t, []time.Duration{300 * time.Microsecond, 0, time.Millisecond, 50 * time.Microsecond}, got)
+
+	got = nil
+	handoffs(sections[:1], func(d time.Duration) { got = append(got, d) })
+	assert.Empty(t, got, "one section hands off to nobody")
+}
+
+// TestGuardOrder: the log keeps the sections in the order they began, and
+// end fills the section begin returned.
+func TestGuardOrder(t *testing.T) {
+	var g guard
+	t0 := time.Now()
+	a := g.begin(3, t0)
+	g.end(a, t0.Add(time.Millisecond))
+	b := g.begin(5, t0.Add(2*time.Millisecond))
+	assert.Equal(t, []int{0, 1}, []int{a, b})
+	assert.Equal(t, 3, g.sections[0].worker)
+	assert.Equal(t, t0.Add(time.Millisecond), g.sections[0].released)
+	assert.True(t, g.sections[1].released.IsZero(), "not released yet")
+}
