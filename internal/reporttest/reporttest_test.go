@@ -47,7 +47,7 @@ func TestReadCSVRejects(t *testing.T) {
 	}{
 		{"empty", "", "empty input"},
 		{"renamed column", strings.Replace(header, "ops_per_sec", "ops", 1) + "\n", "does not match"},
-		{"missing column", strings.TrimSuffix(header, ",ratio_p50") + "\n", "does not match"},
+		{"missing column", header[:strings.LastIndexByte(header, ',')] + "\n", "does not match"},
 		{"reordered", strings.Replace(header, "mode,variant", "variant,mode", 1) + "\n", "does not match"},
 		{"bad float", with("ops_per_sec", "fast"), `line 2, column ops_per_sec: strconv.ParseFloat: parsing "fast"`},
 		{"bad int", with("concurrency", "8.5"), "line 2, column concurrency"},
