@@ -63,6 +63,7 @@ type Client struct {
 	group   quorum.Group // every round: all masters, a majority, the node timeout
 	cfg     config
 	push    pusher // subscriptions for waiters, made at the first wait
+	cluster bool   // some master is a *redis.ClusterClient: LockAll needs one hash tag
 }
 
 // New returns a client over masters, the Redis clients the caller already
@@ -117,6 +118,9 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		}
 		c.addrs[i] = masterLabel(i, o.addr)
 		c.noRetry[i] = o.noRetry
+		if _, ok := m.(*redis.ClusterClient); ok {
+			c.cluster = true
+		}
 	}
 	if err := c.checkFenceNode(); err != nil {
 		return nil, err
@@ -265,11 +269,21 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // validity check, the fence.
 // On a loss it also returns the round, for the wait that follows.
 func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, *quorum.Round, error) {
+	return c.attemptLock(ctx, newLock(c, resource, newToken()), ttl)
+}
+
+// attemptLock is attempt for l's keys: one SET NX, or for several resources
+// one script that sets all of them or none.
+func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration) (*Lock, *quorum.Round, error) {
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
-	l := newLock(c, resource, newToken())
 	// One argument list serves every master: go-redis only reads it.
-	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
+	var args []any
+	if len(l.keys) == 1 {
+		args = []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
+	} else {
+		args = []any{l.token, ttl.Milliseconds()} // acquire_all.lua's ARGV
+	}
 
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
@@ -277,7 +291,12 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 		if !ok {
 			return false, errStuck
 		}
-		err := c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
+		var err error
+		if len(l.keys) == 1 {
+			err = c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
+		} else {
+			err = acquireAll(ctx, c.masters[i], l.keys, args)
+		}
 		c.exit(i, probe, err)
 		switch {
 		case err == nil: // OK: the key was absent and is now ours
@@ -302,21 +321,39 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 			ErrQuorumUnavailable, time.Since(start), ttl)
 	}
 	if c.cfg.minter != nil {
-		mctx, cancel := context.WithDeadline(ctx, deadline)
-		v, err := c.cfg.minter.Mint(mctx, resource)
-		cancel()
-		switch {
-		case err != nil:
+		if err := c.mint(ctx, l, deadline); err != nil {
 			c.abandon(ctx, round, l)
-			return nil, nil, errors.Join(ErrFenceUnavailable, err)
-		case l.over(deadline, l.untilBoot):
-			c.abandon(ctx, round, l)
-			return nil, nil, fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
+			return nil, nil, err
 		}
-		l.fence, l.fenced = v, true
 	}
 	l.until = deadline
 	return l, nil, nil
+}
+
+// mint takes a fence for each of l's resources, in order, before deadline.
+func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
+	mctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for i := range max(len(l.multi), 1) {
+		res := l.resource
+		if l.multi != nil {
+			res = l.multi[i]
+		}
+		v, err := c.cfg.minter.Mint(mctx, res)
+		switch {
+		case err != nil:
+			return errors.Join(ErrFenceUnavailable, err)
+		case l.over(deadline, l.untilBoot):
+			return fmt.Errorf("%w: fence %d minted after the lock's validity ran out", ErrFenceUnavailable, v)
+		}
+		if i == 0 {
+			l.fence, l.fenced = v, true
+		}
+		if l.fences != nil {
+			l.fences[i] = v
+		}
+	}
+	return nil
 }
 
 // abandon releases the key of a failed attempt on every master, with a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,8 @@ type Lock struct {
 	args     []any // {token}, for the release script
 	fence    uint64
 	fenced   bool
+	multi    []string      // the resources of a lock on several (sorted), nil for one
+	fences   []uint64      // their fences, in the same order; nil for one resource
 	round    *quorum.Round // the acquiring round; releases wait for its calls
 
 	op sync.Mutex // serialises Unlock and Extend
@@ -54,8 +57,30 @@ func newLock(c *Client, resource, token string) *Lock {
 	return &Lock{c: c, resource: resource, key: key, keys: []string{key}, token: token, args: []any{token}}
 }
 
-// Resource is the name the lock was taken on.
+// Resource is the name the lock was taken on; for a lock on several
+// resources ([Client.LockAll]), the first of [Lock.Resources].
 func (l *Lock) Resource() string { return l.resource }
+
+// Resources are the names the lock was taken on, sorted: one for
+// [Client.Lock], all of them for [Client.LockAll]. The slice is the caller's.
+func (l *Lock) Resources() []string {
+	if l.multi == nil {
+		return []string{l.resource}
+	}
+	return slices.Clone(l.multi)
+}
+
+// Fences returns a fence for each of [Lock.Resources], in their order, and
+// true; nil and false without [WithFence].
+func (l *Lock) Fences() ([]uint64, bool) {
+	switch {
+	case !l.fenced:
+		return nil, false
+	case l.fences == nil:
+		return []uint64{l.fence}, true
+	}
+	return slices.Clone(l.fences), true
+}
 
 // Token is the random value that marks this holder's keys on the masters.
 func (l *Lock) Token() string { return l.token }

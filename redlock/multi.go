@@ -1,0 +1,134 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/acquire_all.lua
+	acquireAllLua    string
+	acquireAllScript = redis.NewScript(acquireAllLua)
+)
+
+// TryLockAll makes one attempt to lock every one of resources for ttl, all
+// or nothing: on each master one script sets every key or none, and the lock
+// is won where a majority set them all. With [WithFence] each resource gets
+// its own fence ([Lock.Fences]). The Lock releases and extends them together.
+// An empty set, a duplicate or a bad resource is [ErrInvalidArgument]; so are
+// resources that a Redis Cluster master would hash to different slots.
+func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Duration) (*Lock, error) {
+	l, err := c.newMulti(resources, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotAcquired, err)
+	}
+	l, _, err = c.attemptLock(ctx, l, ttl)
+	return l, err
+}
+
+// LockAll is [Client.TryLockAll] with retries after the retry delay and
+// jitter of [WithRetry], until it wins, the attempts are spent or ctx ends.
+// It polls: the release of one resource does not wake it.
+func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Duration) (*Lock, error) {
+	if _, err := c.newMulti(resources, ttl); err != nil {
+		return nil, err
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for n := 1; ; n++ {
+		l, err := c.TryLockAll(ctx, resources, ttl)
+		if err == nil || ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
+			return l, err
+		}
+		wait := c.cfg.delay
+		if c.cfg.jitter > 0 {
+			wait += rand.N(c.cfg.jitter)
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+// newMulti checks resources and makes the Lock an attempt fills in.
+func (c *Client) newMulti(resources []string, ttl time.Duration) (*Lock, error) {
+	if len(resources) == 0 {
+		return nil, invalid("no resources")
+	}
+	sorted := slices.Clone(resources)
+	slices.Sort(sorted)
+	for i, r := range sorted {
+		if err := c.check(r, ttl); err != nil {
+			return nil, err
+		}
+		if i > 0 && r == sorted[i-1] {
+			return nil, invalid("resource %q given twice", r)
+		}
+	}
+	if c.cluster && !sameHashTag(sorted) {
+		return nil, invalid("resources %q: a Redis Cluster master runs a script only on keys of one slot; give them one hash tag, e.g. {order:42}:sku:1", sorted)
+	}
+	l := newLock(c, sorted[0], newToken())
+	if len(sorted) > 1 {
+		l.multi, l.fences = sorted, make([]uint64, len(sorted))
+		l.keys = make([]string, len(sorted))
+		for i, r := range sorted {
+			l.keys[i] = "lock:" + r
+		}
+	}
+	return l, nil
+}
+
+// acquireAll runs acquire_all.lua on master m: nil when it set every key,
+// redis.Nil when some key was held.
+func acquireAll(ctx context.Context, m Master, keys []string, args []any) error {
+	n, err := acquireAllScript.Run(ctx, m, keys, args...).Int64()
+	switch {
+	case err != nil:
+		return err
+	case n != 1:
+		return redis.Nil
+	}
+	return nil
+}
+
+// sameHashTag reports whether every resource's lock key has the same
+// non-empty hash tag, the part between the first { and the next }: then
+// Redis Cluster hashes them to one slot.
+func sameHashTag(resources []string) bool {
+	tag := func(key string) string {
+		i := strings.IndexByte(key, '{')
+		if i < 0 {
+			return ""
+		}
+		j := strings.IndexByte(key[i+1:], '}')
+		if j <= 0 {
+			return ""
+		}
+		return key[i+1 : i+1+j]
+	}
+	first := tag("lock:" + resources[0])
+	if first == "" {
+		return false
+	}
+	for _, r := range resources[1:] {
+		if tag("lock:"+r) != first {
+			return false
+		}
+	}
+	return true
+}
