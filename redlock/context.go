@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// ErrLockLost is the cause of a lock's context (see [Lock.Context]) when the
-// lock ended before Unlock: its validity ran out, an Extend failed, the
-// renewer of [Lock.Renew] ended it, or Unlock found it gone from the
-// masters. Another client may have held the lock since.
-var ErrLockLost = errors.New("redlock: lock lost")
-
 var (
 	// Package values, so that ending a lock allocates nothing.
 	errUnlocked    = fmt.Errorf("%w: released by Unlock", ErrLockNotHeld)

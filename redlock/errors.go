@@ -25,6 +25,22 @@ var (
 	ErrFenceUnavailable = errors.New("redlock: fence unavailable")
 	// ErrInvalidArgument: a bad option, master, resource or TTL.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
+	// ErrLockLost is the cause of a lock's context (see [Lock.Context]) when
+	// the lock ended before Unlock: its validity ran out, an Extend failed,
+	// the renewer of [Lock.Renew] ended it, or Unlock found it gone from the
+	// masters. Another client may have held the lock since.
+	ErrLockLost = errors.New("redlock: lock lost")
+)
+
+// The reasons the renewer of [Lock.Renew] gives when it ends a lock; the
+// lock's context cause wraps them with [ErrLockLost].
+var (
+	// ErrNoProgress: the holder called [Lock.Progress] not once since the
+	// last extension (or since Renew), so it is taken to be stuck.
+	ErrNoProgress = errors.New("redlock: no progress since the last extension")
+	// ErrMaxHold: one more extension would keep the lock past the maximum
+	// hold time given to Renew.
+	ErrMaxHold = errors.New("redlock: maximum hold time reached")
 )
 
 // MasterError is the failure of one operation on one master.

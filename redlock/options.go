@@ -97,7 +97,8 @@ func WithFence(m Minter) Option {
 	return func(c *config) { c.minter, c.fenceSet = m, true }
 }
 
-// WithLogger sets where the client logs: failed cleanups and masters in
+// WithLogger sets where the client logs: a renewal that ended a lock and a
+// fence counter that went backwards at Error, failed cleanups and masters in
 // trouble at Warn, attempts at Debug. The default discards.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }

@@ -2,22 +2,10 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"quorumlock.dev/internal/clockdrift"
-)
-
-// The reasons the renewer of [Lock.Renew] gives when it ends a lock; the
-// lock's context cause wraps them with [ErrLockLost].
-var (
-	// ErrNoProgress: the holder called [Lock.Progress] not once since the
-	// last extension (or since Renew), so it is taken to be stuck.
-	ErrNoProgress = errors.New("redlock: no progress since the last extension")
-	// ErrMaxHold: one more extension would keep the lock past the maximum
-	// hold time given to Renew.
-	ErrMaxHold = errors.New("redlock: maximum hold time reached")
 )
 
 // Observer is told of events that an application may count, such as
