@@ -68,6 +68,15 @@
 // never handed out without one: if the counter cannot be reached, the lock
 // is released and the caller gets [ErrFenceUnavailable].
 //
+// # Holding through long work, and several resources
+//
+// [Lock.Context] is cancelled when the lock ends on this side (its lease ran
+// out, Unlock, a failed Extend), so the holder passes it to the work it
+// guards; [Client.Do] runs a function under a lock and reports a lock lost
+// meanwhile ([ErrLockLost]). [Lock.Renew] extends only while the holder
+// reports progress ([Lock.Progress]), up to a maximum hold. [Client.LockAll]
+// takes one lock over several resources, all or nothing, with a fence each.
+//
 // # Keys
 //
 // The lock key is lock:<resource> and the fence key fence:<resource>, with
