@@ -170,7 +170,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	l, _, err := c.attempt(ctx, resource, ttl)
+	l, _, err := c.attempt(ctx, resource, ttl, nil)
 	return l, err
 }
 
@@ -188,18 +188,27 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	var (
 		timer *time.Timer
 		w     *waiter // made at the first contended loss: an uncontended Lock pays nothing
+		q     *queued // fair: made at the first contended loss too
+		won   *quorum.Round
 	)
 	defer func() {
 		if w != nil {
 			w.leave()
+		}
+		if q != nil {
+			c.dequeue(ctx, q, won)
 		}
 	}()
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return nil, errors.Join(ErrNotAcquired, err)
 		}
-		l, round, err := c.attempt(ctx, resource, ttl)
+		if q != nil {
+			q.pushed = c.readyQueued(ctx, w)
+		}
+		l, round, err := c.attempt(ctx, resource, ttl, q)
 		if err == nil {
+			won = l.round
 			return l, nil
 		}
 		if errors.Is(err, fence.ErrCounterRegressed) {
@@ -217,10 +226,21 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		var wake <-chan struct{}
 		if round != nil && errors.Is(err, ErrNotAcquired) {
+			key := "lock:" + resource
 			if w == nil {
-				w = c.join("lock:" + resource)
+				w = c.join(key)
+				if c.cfg.fairTTL > 0 {
+					if q = c.enqueue(key); q != nil {
+						w.setID(q.id)
+						continue // the first queued attempt enqueues us
+					}
+				}
 			}
-			wait = c.plan(ctx, w, round, "lock:"+resource, wait)
+			if q != nil {
+				wait = c.planQueued(w, round, q, wait)
+			} else {
+				wait = c.plan(ctx, w, round, key, wait)
+			}
 			wake = w.wake
 		}
 		c.cfg.logger.Debug("redlock: retrying", "resource", resource, "attempt", n, "wait", wait, "err", err)
@@ -261,21 +281,32 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// attempt is one round of the algorithm: SET NX on every master, the
-// validity check, the fence.
+// attempt is one round of the algorithm: SET NX on every master (or, for
+// a queued waiter q, the fair lock script), the validity check, the fence.
 // On a loss it also returns the round, for the wait that follows.
-func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, *quorum.Round, error) {
+func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
 	l := newLock(c, resource, newToken())
 	// One argument list serves every master: go-redis only reads it.
 	args := []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
 
+	var rep *fairReplies
+	if q != nil {
+		rep = &fairReplies{r: make([]holderReply, len(c.masters))}
+		q.last = rep
+	}
+
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
+		}
+		if q != nil {
+			won, err := c.fairCall(ctx, i, q, rep, l.token, ttl.Milliseconds())
+			c.exit(i, probe, err)
+			return won, err
 		}
 		err := c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
 		c.exit(i, probe, err)

@@ -32,6 +32,7 @@ type config struct {
 	minter        Minter
 	fenceSet      bool
 	logger        *slog.Logger
+	fairTTL       time.Duration // 0: waiters are not queued
 }
 
 func defaults() config {
@@ -95,6 +96,20 @@ func WithFence(m Minter) Option {
 	return func(c *config) { c.minter, c.fenceSet = m, true }
 }
 
+// DefaultFairEntryTTL is a sensible entry TTL for [WithFairness].
+const DefaultFairEntryTTL = time.Second
+
+// WithFairness makes waiting Lock calls take the lock in the order they
+// started waiting: a queue on each master, ordered by an arrival stamp,
+// hands a released lock to its head (see docs/design.md, "Fair handoff").
+// A waiter's entry expires entryTTL after its last attempt (it refreshes
+// it every entryTTL/3), so one that died blocks the queue at most that
+// long. 0, the default, turns it off; otherwise it must be at least 4 node
+// timeouts. Use one setting for every client of a resource.
+func WithFairness(entryTTL time.Duration) Option {
+	return func(c *config) { c.fairTTL = entryTTL }
+}
+
 // WithLogger sets where the client logs: failed cleanups and masters in
 // trouble at Warn, attempts at Debug. The default discards.
 func WithLogger(l *slog.Logger) Option {
@@ -115,6 +130,8 @@ func (c *config) validate() error {
 		return invalid("retry delay %v and jitter %v must not be negative", c.delay, c.jitter)
 	case c.fenceSet && nilcheck.Is(c.minter):
 		return invalid("nil fence minter")
+	case c.fairTTL < 0 || (c.fairTTL > 0 && c.fairTTL < 4*c.nodeTimeout):
+		return invalid("fair entry TTL %v is neither 0 nor at least 4 node timeouts (%v)", c.fairTTL, 4*c.nodeTimeout)
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
 	}

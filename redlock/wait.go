@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,7 @@ type waiter struct {
 
 	mu     sync.Mutex
 	holder string // wake only on this token's release; "": on any
+	id     string // queued (fair): wake only on a handoff to this id
 }
 
 // join registers a waiter for key's channel on every master that can
@@ -361,10 +363,22 @@ func (s *subscriber) deliver(channel, token string) {
 	}
 }
 
-func (w *waiter) wants(token string) bool {
+// wants reports whether a release message (the released token, and
+// "/head" when the key was handed to a queue's head) is worth waking for.
+func (w *waiter) wants(msg string) bool {
+	token, head, handoff := strings.Cut(msg, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if handoff && w.id != "" {
+		return head == w.id
+	}
 	return w.holder == "" || w.holder == token
+}
+
+func (w *waiter) setID(id string) {
+	w.mu.Lock()
+	w.id = id
+	w.mu.Unlock()
 }
 
 func (w *waiter) setHolder(token string) {

@@ -1,0 +1,15 @@
+-- A queued waiter leaves: it won, gave up or failed. Its entry goes; a reservation left for the
+-- queue wakes the new head, or is deleted when nobody is left.
+-- KEYS[1] lock key, KEYS[2] queue, KEYS[3] deadlines; ARGV[1] id. Returns 1.
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('GET', KEYS[1]) == 'q' then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', KEYS[1], 'q/' .. head)
+  else
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[1], 'q')
+  end
+end
+return 1
