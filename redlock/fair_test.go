@@ -32,6 +32,30 @@ func TestQueueKeys(t *testing.T) {
 	}
 }
 
+// fairClient is a fair client whose node timeout is as long as entryTTL
+// allows, up to 250 ms: under -race on a loaded machine, a 50 ms call that
+// times out leaves a holder on a bare majority, and the tests below want
+// every master in the same state.
+func fairClient(t *testing.T, masters []Master, entryTTL time.Duration) *Client {
+	t.Helper()
+	c := newTestClient(t, masters, WithFairness(entryTTL), WithNodeTimeout(min(entryTTL/4, 250*time.Millisecond)))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// heldEverywhere waits until every server's key of resource holds l.
+func heldEverywhere(t *testing.T, admin []*redis.Client, resource string, l *Lock) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, a := range admin {
+			if v, err := a.Get(context.Background(), "lock:"+resource).Result(); err != nil || v != l.Token() {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the holder's key is not on every master")
+}
+
 // queuedOn waits until every server has n entries in resource's queue.
 func queuedOn(t *testing.T, admin []*redis.Client, resource string, n int64) {
 	t.Helper()
@@ -61,14 +85,14 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	for _, res := range []string{resourceName(t), "{" + resourceName(t) + "}:x"} {
 		t.Run(res, func(t *testing.T) {
-			holderC := newTestClient(t, masters, WithFairness(DefaultFairEntryTTL))
-			waiterC := newTestClient(t, masters, WithFairness(DefaultFairEntryTTL))
-			t.Cleanup(func() { _ = holderC.Close(); _ = waiterC.Close() })
+			holderC := fairClient(t, masters, DefaultFairEntryTTL)
+			waiterC := fairClient(t, masters, DefaultFairEntryTTL)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 
 			first, err := holderC.TryLock(ctx, res, time.Minute)
 			require.NoError(t, err)
+			heldEverywhere(t, admin, res, first)
 			waiting := lockAsync(ctx, waiterC, res, time.Minute)
 			queuedOn(t, admin, res, 1)
 			require.NoError(t, first.Unlock(ctx))
@@ -107,13 +131,13 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
 	const entryTTL = 5 * time.Second // longer than the test waits for the second waiter
-	c := newTestClient(t, masters, WithFairness(entryTTL))
-	t.Cleanup(func() { _ = c.Close() })
+	c := fairClient(t, masters, entryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	holder, err := c.TryLock(ctx, res, time.Minute)
 	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
 	quitter, quit := context.WithCancel(ctx)
 	gaveUp := lockAsync(quitter, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
@@ -138,13 +162,13 @@ func TestFairDeadWaiter(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
 	const entryTTL = 600 * time.Millisecond
-	c := newTestClient(t, masters, WithFairness(entryTTL))
-	t.Cleanup(func() { _ = c.Close() })
+	c := fairClient(t, masters, entryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
 	holder, err := c.TryLock(ctx, res, time.Minute)
 	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
 	q, e, _ := queueKeys("lock:" + res)
 	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
 	var deadline time.Time
@@ -225,14 +249,15 @@ func TestFairMutualExclusion(t *testing.T) {
 func TestFairTryLock(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
-	c := newTestClient(t, masters, WithFairness(DefaultFairEntryTTL))
-	t.Cleanup(func() { _ = c.Close() })
+	c := fairClient(t, masters, DefaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	q, e, _ := queueKeys("lock:" + res)
 
 	holder, err := c.TryLock(ctx, res, time.Minute)
 	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	heldEverywhere(t, admin, res, holder)
 	for _, a := range admin {
 		n, err := a.Exists(ctx, q, e).Result()
 		require.NoError(t, err)
