@@ -37,6 +37,10 @@ var (
 	fairLeaveScript = redis.NewScript(fairLeaveLua)
 )
 
+// reserved is the lock key's value while release.lua hands it to the
+// queue's head; no token equals it.
+const reserved = "q"
+
 // queued is one Lock call that waits in the masters' queues.
 type queued struct {
 	id     string   // the stamp and a tiebreak in fixed-width hex: sorts like (stamp, tiebreak)
@@ -132,6 +136,8 @@ func (c *Client) readyQueued(ctx context.Context, w *waiter) bool {
 	default:
 	}
 	w.setHolder("")
+	w.expect(0)
+	w.expect(c.quorum) // until planQueued knows better
 	return w.listening(ctx, c.quorum, c.cfg.nodeTimeout)
 }
 
@@ -139,8 +145,18 @@ func (c *Client) readyQueued(ctx context.Context, w *waiter) bool {
 // it sleeps until the key may be free for it, a release that names it the
 // head wakes it, and it wakes in time to refresh its entry.
 func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
-	free, known, holder := wakeAfter(round, q.last.snapshot(), c.quorum)
+	replies := q.last.snapshot()
+	free, known, holder := wakeAfter(round, replies, c.quorum)
 	w.setHolder(holder)
+	// The masters held by a token must publish its release; a majority is
+	// free once all but n-quorum of them did.
+	held := 0
+	for _, r := range replies {
+		if r.ok && r.token != "" && r.token != reserved {
+			held++
+		}
+	}
+	w.expect(max(held-(len(c.masters)-c.quorum), 1))
 	refresh := c.cfg.fairTTL / 3
 	if !known {
 		return min(poll, refresh)

@@ -17,19 +17,28 @@ import (
 // without WithFairness. It reports sections_per_sec, wait_p99_us (Lock
 // called to Lock returned), fairness (fewest sections of a goroutine over
 // the most) and violations (sections that overlapped another, by an
-// in-process holder count).
+// in-process holder count). push=off hides Subscribe from the masters, so
+// waiters poll at the retry delay: the waiting of before issue 10, the
+// baseline to compare with in the same run.
 func BenchmarkContended(b *testing.B) {
 	servers := redistest.StartN(b, 5, redisserver.Options{})
-	for _, fair := range []bool{true, false} {
-		name := "masters=5/c=8/fair=on"
+	for _, v := range []struct {
+		name       string
+		fair, push bool
+	}{{"fair=on", true, true}, {"fair=off", false, true}, {"fair=off/push=off", false, false}} {
+		name := "masters=5/c=8/" + v.name
 		var opts []Option
-		if fair {
+		if v.fair {
 			opts = append(opts, WithFairness(DefaultFairEntryTTL))
-		} else {
-			name = "masters=5/c=8/fair=off"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := newTestClient(b, benchMasters(b, servers, 5), opts...)
+			masters := benchMasters(b, servers, 5)
+			if !v.push {
+				for i, m := range masters {
+					masters[i] = plainMaster{m}
+				}
+			}
+			c := newTestClient(b, masters, opts...)
 			b.Cleanup(func() { _ = c.Close() })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
