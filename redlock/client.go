@@ -174,7 +174,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	l, _, err := c.attempt(ctx, resource, ttl)
+	l, _, err := c.attempt(ctx, resource, ttl, nil)
 	return l, err
 }
 
@@ -192,18 +192,27 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	var (
 		timer *time.Timer
 		w     *waiter // made at the first contended loss: an uncontended Lock pays nothing
+		q     *queued // fair: made at the first contended loss too
+		won   *quorum.Round
 	)
 	defer func() {
 		if w != nil {
 			w.leave()
+		}
+		if q != nil {
+			c.dequeue(ctx, q, won)
 		}
 	}()
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
 			return nil, errors.Join(ErrNotAcquired, err)
 		}
-		l, round, err := c.attempt(ctx, resource, ttl)
+		if q != nil {
+			q.pushed = c.readyQueued(ctx, w)
+		}
+		l, round, err := c.attempt(ctx, resource, ttl, q)
 		if err == nil {
+			won = l.round
 			return l, nil
 		}
 		if errors.Is(err, fence.ErrCounterRegressed) {
@@ -221,10 +230,21 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		var wake <-chan struct{}
 		if round != nil && errors.Is(err, ErrNotAcquired) {
+			key := "lock:" + resource
 			if w == nil {
-				w = c.join("lock:" + resource)
+				w = c.join(key)
+				if c.cfg.fairTTL > 0 {
+					if q = c.enqueue(key); q != nil {
+						w.setID(q.id)
+						continue // the first queued attempt enqueues us
+					}
+				}
 			}
-			wait = c.plan(ctx, w, round, "lock:"+resource, wait)
+			if q != nil {
+				wait = c.planQueued(w, round, q, wait)
+			} else {
+				wait = c.plan(ctx, w, round, key, wait)
+			}
 			wake = w.wake
 		}
 		c.cfg.logger.Debug("redlock: retrying", "resource", resource, "attempt", n, "wait", wait, "err", err)
@@ -265,16 +285,16 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// attempt is one round of the algorithm: SET NX on every master, the
-// validity check, the fence.
+// attempt is one round of the algorithm: SET NX on every master (or, for
+// a queued waiter q, the fair lock script), the validity check, the fence.
 // On a loss it also returns the round, for the wait that follows.
-func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, *quorum.Round, error) {
-	return c.attemptLock(ctx, newLock(c, resource, newToken()), ttl)
+func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
+	return c.attemptLock(ctx, newLock(c, resource, newToken()), ttl, q)
 }
 
 // attemptLock is attempt for l's keys: one SET NX, or for several resources
-// one script that sets all of them or none.
-func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration) (*Lock, *quorum.Round, error) {
+// one script that sets all of them or none (never queued: q is nil).
+func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
 	// One argument list serves every master: go-redis only reads it.
@@ -285,11 +305,22 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration) (*
 		args = []any{l.token, ttl.Milliseconds()} // acquire_all.lua's ARGV
 	}
 
+	var rep *fairReplies
+	if q != nil {
+		rep = &fairReplies{r: make([]holderReply, len(c.masters))}
+		q.last = rep
+	}
+
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
+		}
+		if q != nil {
+			won, err := c.fairCall(ctx, i, q, rep, l.token, ttl.Milliseconds())
+			c.exit(i, probe, err)
+			return won, err
 		}
 		var err error
 		if len(l.keys) == 1 {

@@ -32,7 +32,7 @@ func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Du
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	l, _, err = c.attemptLock(ctx, l, ttl)
+	l, _, err = c.attemptLock(ctx, l, ttl, nil)
 	return l, err
 }
 

@@ -33,6 +33,7 @@ type config struct {
 	fenceSet      bool
 	logger        *slog.Logger
 	observer      Observer
+	fairTTL       time.Duration // 0: waiters are not queued
 }
 
 func defaults() config {
@@ -97,6 +98,20 @@ func WithFence(m Minter) Option {
 	return func(c *config) { c.minter, c.fenceSet = m, true }
 }
 
+// DefaultFairEntryTTL is a sensible entry TTL for [WithFairness].
+const DefaultFairEntryTTL = time.Second
+
+// WithFairness makes waiting Lock calls take the lock in the order they
+// started waiting: a queue on each master, ordered by an arrival stamp,
+// hands a released lock to its head (see docs/design.md, "Fair handoff").
+// A waiter's entry expires entryTTL after its last attempt (it refreshes
+// it every entryTTL/3), so one that died blocks the queue at most that
+// long. 0, the default, turns it off; otherwise it must be at least 4 node
+// timeouts. Use one setting for every client of a resource.
+func WithFairness(entryTTL time.Duration) Option {
+	return func(c *config) { c.fairTTL = entryTTL }
+}
+
 // WithLogger sets where the client logs: a renewal that ended a lock and a
 // fence counter that went backwards at Error, failed cleanups and masters in
 // trouble at Warn, attempts at Debug. The default discards.
@@ -124,6 +139,8 @@ func (c *config) validate() error {
 		return invalid("retry delay %v and jitter %v must not be negative", c.delay, c.jitter)
 	case c.fenceSet && nilcheck.Is(c.minter):
 		return invalid("nil fence minter")
+	case c.fairTTL < 0 || (c.fairTTL > 0 && c.fairTTL < 4*c.nodeTimeout):
+		return invalid("fair entry TTL %v is neither 0 nor at least 4 node timeouts (%v)", c.fairTTL, 4*c.nodeTimeout)
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
 	case nilcheck.Is(c.observer):

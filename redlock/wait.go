@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,9 @@ type waiter struct {
 
 	mu     sync.Mutex
 	holder string // wake only on this token's release; "": on any
+	id     string // queued (fair): wake only on a handoff to this id
+	got    int    // queued: releases worth waking for since the last attempt
+	need   int    // queued: how many releases make a majority free; 0: any one
 }
 
 // join registers a waiter for key's channel on every master that can
@@ -361,10 +365,43 @@ func (s *subscriber) deliver(channel, token string) {
 	}
 }
 
-func (w *waiter) wants(token string) bool {
+// wants reports whether a release message (the released token, and
+// "/head" when the key was handed to a queue's head) is worth waking for.
+func (w *waiter) wants(msg string) bool {
+	token, head, handoff := strings.Cut(msg, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.holder == "" || w.holder == token
+	wanted := w.holder == "" || w.holder == token
+	if handoff && w.id != "" {
+		wanted = head == w.id
+	}
+	if !wanted || w.need == 0 {
+		return wanted
+	}
+	w.got++
+	return w.got >= w.need
+}
+
+// expect has a queued waiter wake only once need releases came since its
+// last attempt: waking at the first of a release's messages, it would try
+// before the others' masters had handed the key over, and lose.
+func (w *waiter) expect(need int) {
+	w.mu.Lock()
+	w.need = max(need, 0)
+	if need <= 0 {
+		w.got = 0
+	}
+	ready := w.need > 0 && w.got >= w.need
+	w.mu.Unlock()
+	if ready {
+		signal(w.wake)
+	}
+}
+
+func (w *waiter) setID(id string) {
+	w.mu.Lock()
+	w.id = id
+	w.mu.Unlock()
 }
 
 func (w *waiter) setHolder(token string) {

@@ -1,0 +1,289 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestQueueKeys(t *testing.T) {
+	tests := []struct {
+		key, q, e string
+		ok        bool
+	}{
+		{"lock:a", "lockqu:{lock:a}", "locktu:{lock:a}", true},
+		{"lock:{sku}:1", "lockq:{sku}:1", "lockt:{sku}:1", true},
+		{"lock:a{b", "lockqu:{lock:a{b}", "locktu:{lock:a{b}", true},
+		{"lock:{}x", "", "", false}, // an empty tag is no tag, and the '}' ends any tag we make
+		{"lock:a}b", "", "", false},
+	}
+	for _, tt := range tests {
+		q, e, ok := queueKeys(tt.key)
+		assert.Equal(t, tt.ok, ok, tt.key)
+		assert.Equal(t, tt.q, q, tt.key)
+		assert.Equal(t, tt.e, e, tt.key)
+	}
+}
+
+// fairClient is a fair client whose node timeout is as long as entryTTL
+// allows, up to 250 ms: under -race on a loaded machine, a 50 ms call that
+// times out leaves a holder on a bare majority, and the tests below want
+// every master in the same state.
+func fairClient(t *testing.T, masters []Master, entryTTL time.Duration) *Client {
+	t.Helper()
+	c := newTestClient(t, masters, WithFairness(entryTTL), WithNodeTimeout(min(entryTTL/4, 250*time.Millisecond)))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// heldEverywhere waits until every server's key of resource holds l.
+func heldEverywhere(t *testing.T, admin []*redis.Client, resource string, l *Lock) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, a := range admin {
+			if v, err := a.Get(context.Background(), "lock:"+resource).Result(); err != nil || v != l.Token() {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the holder's key is not on every master")
+}
+
+// queuedOn waits until every server has n entries in resource's queue.
+func queuedOn(t *testing.T, admin []*redis.Client, resource string, n int64) {
+	t.Helper()
+	q, _, _ := queueKeys("lock:" + resource)
+	if !assert.Eventually(t, func() bool {
+		for _, a := range admin {
+			if got, err := a.ZCard(context.Background(), q).Result(); err != nil || got != n {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "not %d waiters queued on every master", n) {
+		for _, a := range admin {
+			z, _ := a.ZRangeWithScores(context.Background(), q, 0, -1).Result()
+			v, _ := a.Get(context.Background(), "lock:"+resource).Result()
+			t.Logf("%s: %v key %q", a.Options().Addr, z, v)
+		}
+		t.FailNow()
+	}
+}
+
+// TestFairReleaserDoesNotCutIn: a holder that unlocks and calls Lock again
+// at once gets the lock only after the waiter that was queued before it,
+// for a plain resource and one with a hash tag (release.lua derives the
+// queue's keys itself and must find them).
+func TestFairReleaserDoesNotCutIn(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	for _, res := range []string{resourceName(t), "{" + resourceName(t) + "}:x"} {
+		t.Run(res, func(t *testing.T) {
+			holderC := fairClient(t, masters, DefaultFairEntryTTL)
+			waiterC := fairClient(t, masters, DefaultFairEntryTTL)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			first, err := holderC.TryLock(ctx, res, time.Minute)
+			require.NoError(t, err)
+			heldEverywhere(t, admin, res, first)
+			waiting := lockAsync(ctx, waiterC, res, time.Minute)
+			queuedOn(t, admin, res, 1)
+			require.NoError(t, first.Unlock(ctx))
+			again := lockAsync(ctx, holderC, res, time.Minute)
+
+			w := <-waiting
+			require.NoError(t, w.err, "the queued waiter did not get the lock")
+			select {
+			case r := <-again:
+				t.Fatalf("the releaser won while the waiter held the lock (err %v)", r.err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			require.NoError(t, w.l.Unlock(ctx))
+			r := <-again
+			require.NoError(t, r.err)
+			assert.True(t, r.at.After(w.at))
+			require.NoError(t, r.l.Unlock(ctx))
+			q, e, _ := queueKeys("lock:" + res)
+			// Well before the entries' TTL: the winners removed them.
+			assert.Eventually(t, func() bool {
+				for _, a := range admin {
+					if n, err := a.Exists(ctx, q, e, "lock:"+res).Result(); err != nil || n != 0 {
+						return false
+					}
+				}
+				return true
+			}, DefaultFairEntryTTL/2, time.Millisecond, "the queue or a reservation outlived its waiters")
+		})
+	}
+}
+
+// TestFairWaiterGivesUp: a queued waiter whose context ends leaves the
+// queue, and the next waiter gets the lock at the release, not after the
+// first one's entry expires.
+func TestFairWaiterGivesUp(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	const entryTTL = 5 * time.Second // longer than the test waits for the second waiter
+	c := fairClient(t, masters, entryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	quitter, quit := context.WithCancel(ctx)
+	gaveUp := lockAsync(quitter, c, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	later := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 2)
+	quit()
+	r := <-gaveUp
+	require.ErrorIs(t, r.err, context.Canceled)
+	queuedOn(t, admin, res, 1)
+
+	require.NoError(t, holder.Unlock(ctx))
+	released := time.Now()
+	r = <-later
+	require.NoError(t, r.err)
+	assert.Less(t, r.at.Sub(released), entryTTL/2, "the waiter that gave up held up the queue")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestFairDeadWaiter: the entry of a waiter that died (written by hand, with
+// an earlier stamp) holds the queue until it expires, and no longer.
+func TestFairDeadWaiter(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	const entryTTL = 600 * time.Millisecond
+	c := fairClient(t, masters, entryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	q, e, _ := queueKeys("lock:" + res)
+	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
+	var deadline time.Time
+	for _, a := range admin {
+		now, err := a.Time(ctx).Result()
+		require.NoError(t, err)
+		until := now.Add(entryTTL)
+		deadline = until
+		require.NoError(t, a.ZAdd(ctx, q, redis.Z{Score: 1, Member: dead}).Err())
+		require.NoError(t, a.ZAdd(ctx, e, redis.Z{Score: float64(until.UnixMilli()), Member: dead}).Err())
+	}
+	got := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 2)
+	require.NoError(t, holder.Unlock(ctx))
+
+	r := <-got
+	require.NoError(t, r.err, "the dead waiter's entry never expired")
+	assert.False(t, r.at.Before(deadline.Add(-10*time.Millisecond)), "won ahead of an entry that had not expired")
+	// Purged by the winner's attempts, or by its leaving the masters it
+	// did not win.
+	assert.Eventually(t, func() bool {
+		for _, a := range admin {
+			if _, err := a.ZScore(ctx, q, dead).Result(); err != redis.Nil {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the dead entry is still queued")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestFairMutualExclusion: goroutines of two fair clients and one unfair
+// one take turns on one resource; a holder count never goes above 1 and
+// every section completes.
+func TestFairMutualExclusion(t *testing.T) {
+	masters, _ := waitMasters(t, 5)
+	res := resourceName(t)
+	clients := []*Client{
+		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL)),
+		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL)),
+		newTestClient(t, masters),
+	}
+	for _, c := range clients {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const perWorker = 10
+	var (
+		holding, most, done atomic.Int32
+		wg                  sync.WaitGroup
+	)
+	for k := range 6 {
+		c := clients[k%len(clients)]
+		wg.Go(func() {
+			for range perWorker {
+				l, err := c.Lock(ctx, res, 10*time.Second)
+				if !assert.NoError(t, err) {
+					return
+				}
+				n := holding.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Millisecond)
+				holding.Add(-1)
+				assert.NoError(t, l.Unlock(ctx))
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), most.Load(), "two holders at once")
+	assert.Equal(t, int32(6*perWorker), done.Load())
+}
+
+// TestFairTryLock: TryLock never queues: it fails while waiters are queued
+// (the key is handed to them), and leaves no queue behind when it wins.
+func TestFairTryLock(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	c := fairClient(t, masters, DefaultFairEntryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, e, _ := queueKeys("lock:" + res)
+
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	heldEverywhere(t, admin, res, holder)
+	for _, a := range admin {
+		n, err := a.Exists(ctx, q, e).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "an uncontended TryLock made a queue")
+	}
+	waiting := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	_, err = c.TryLock(ctx, res, time.Minute)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	queuedOn(t, admin, res, 1)
+
+	require.NoError(t, holder.Unlock(ctx))
+	w := <-waiting
+	require.NoError(t, w.err)
+	require.NoError(t, w.l.Unlock(ctx))
+	l, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err, "TryLock after the queue emptied")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+func TestFairOptionValidated(t *testing.T) {
+	_, masters := miniMasters(t, 1)
+	for _, d := range []time.Duration{-time.Second, 199 * time.Millisecond} {
+		_, err := New(masters, WithFairness(d))
+		assert.ErrorIs(t, err, ErrInvalidArgument, strconv.Itoa(int(d)))
+	}
+	_, err := New(masters, WithFairness(200*time.Millisecond))
+	assert.NoError(t, err)
+}
