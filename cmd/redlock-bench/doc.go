@@ -41,7 +41,10 @@
 //     waiting: -keys defaults to 1 here, and each goroutine calls Lock, which
 //     waits with the client's defaults, holds for -hold and calls Unlock.
 //     Each Lock call has its own deadline of twice the TTL, so a stuck run
-//     ends.
+//     ends. Variants: single, redlock (waiters woken by the release),
+//     "redlock fair" (WithFairness: waiters queued in arrival order) and
+//     "redlock poll" (masters without Subscribe: waiters sleep the retry
+//     delay, as Lock did before releases were pushed).
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
@@ -74,7 +77,8 @@
 //
 //	mode             redlock or single
 //	variant          names the row in its scenario: single, redlock,
-//	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5
+//	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5,
+//	                   redlock fair, redlock poll
 //	masters          masters of the row's client (1 for single)
 //	scenario         healthy, slow, dead, scale or contended
 //	concurrency      goroutines sharing the client

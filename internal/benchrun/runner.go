@@ -169,10 +169,14 @@ type setup struct {
 	cfg     Config
 	env     *backend.Env
 	clients []*redis.Client
+	locks   []*redlock.Client
 	proxies []*faultproxy.Proxy
 }
 
 func (s *setup) close() {
+	for _, c := range s.locks {
+		_ = c.Close() // its subscriptions, before the connections they use
+	}
 	for _, c := range s.clients {
 		_ = c.Close()
 	}
@@ -189,12 +193,22 @@ func (s *setup) redisClient(addr string) *redis.Client {
 	return c
 }
 
-func (s *setup) lockClient(addrs []string) (*redlock.Client, error) {
+// lockClient is a client over addrs. fair queues waiters (WithFairness);
+// poll hides the masters' Subscribe, so that a waiter sleeps the retry
+// delay as Lock did before its release was pushed to waiters.
+func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, error) {
 	masters := make([]redlock.Master, len(addrs))
 	for i, a := range addrs {
 		masters[i] = s.redisClient(a)
+		if poll {
+			masters[i] = plainMaster{masters[i]}
+		}
 	}
 	opts := []redlock.Option{redlock.WithNodeTimeout(s.cfg.NodeTimeout)}
+	if fair {
+		// The option wants an entry to outlive 4 node timeouts.
+		opts = append(opts, redlock.WithFairness(max(redlock.DefaultFairEntryTTL, 4*s.cfg.NodeTimeout)))
+	}
 	if s.cfg.Fence {
 		counter, err := fence.NewRedisCounter(s.redisClient(s.env.Fence))
 		if err != nil {
@@ -202,8 +216,15 @@ func (s *setup) lockClient(addrs []string) (*redlock.Client, error) {
 		}
 		opts = append(opts, redlock.WithFence(counter))
 	}
-	return redlock.New(masters, opts...)
+	c, err := redlock.New(masters, opts...)
+	if err == nil {
+		s.locks = append(s.locks, c)
+	}
+	return c, err
 }
+
+// plainMaster is a master with only the Master methods: no Subscribe.
+type plainMaster struct{ redlock.Master }
 
 func (s *setup) proxy(upstream string, delay time.Duration) (string, error) {
 	p, err := faultproxy.New(upstream)
@@ -226,6 +247,7 @@ func (s *setup) variants() ([]*variant, error) {
 		addrs                []string
 		delay                time.Duration
 		dead                 int
+		fair, poll           bool
 	}
 	var specs []spec
 	switch cfg.Scenario {
@@ -239,6 +261,11 @@ func (s *setup) variants() ([]*variant, error) {
 		specs = []spec{
 			{mode: "single", label: "single", addrs: []string{env.Single}},
 			{mode: "redlock", label: "redlock", ratioTo: ratioTo, addrs: env.Masters[:n]},
+		}
+		if cfg.Scenario == "contended" {
+			specs = append(specs,
+				spec{mode: "redlock", label: "redlock fair", addrs: env.Masters[:n], fair: true},
+				spec{mode: "redlock", label: "redlock poll", addrs: env.Masters[:n], poll: true})
 		}
 	case "slow":
 		// Both rows go through a proxy to the same master, so its own cost
@@ -281,7 +308,7 @@ func (s *setup) variants() ([]*variant, error) {
 
 	variants := make([]*variant, len(specs))
 	for i, sp := range specs {
-		client, err := s.lockClient(sp.addrs)
+		client, err := s.lockClient(sp.addrs, sp.fair, sp.poll)
 		if err != nil {
 			return nil, err
 		}
