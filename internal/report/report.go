@@ -146,6 +146,9 @@ func Labels(rows []Row, chart bool) []string {
 		if r.Dead > 0 {
 			parts = append(parts, strconv.Itoa(r.Dead)+" dead")
 		}
+		if how, ok := strings.CutPrefix(r.Variant, r.Mode+" "); ok {
+			parts = append(parts, how) // "redlock fair": how its waiters wait
+		}
 		for _, f := range extras {
 			parts = append(parts, f(r))
 		}
