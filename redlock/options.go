@@ -34,6 +34,8 @@ type config struct {
 	logger        *slog.Logger
 	observer      Observer
 	fairTTL       time.Duration // 0: waiters are not queued
+	strict        bool
+	gate          *strictGate // one per client, whatever options it shares
 }
 
 func defaults() config {
@@ -46,6 +48,7 @@ func defaults() config {
 		jitter:        DefaultRetryJitter,
 		logger:        slog.New(slog.DiscardHandler),
 		observer:      nopObserver{},
+		gate:          new(strictGate),
 	}
 }
 
@@ -110,6 +113,17 @@ const DefaultFairEntryTTL = time.Second
 // timeouts. Use one setting for every client of a resource.
 func WithFairness(entryTTL time.Duration) Option {
 	return func(c *config) { c.fairTTL = entryTTL }
+}
+
+// WithStrictCheck makes the client refuse to lock while [Client.Check]
+// finds a [Problem] on a master or the fence counter: every acquisition
+// then fails with an error wrapping [ErrUnsafeConfig]. New does no I/O, so
+// the check runs at the first acquisition, which waits for it; its outcome
+// is kept, so a setting changed later is not seen (run Check on a schedule
+// for that). A node that did not answer is checked again, at most once a
+// second. Unknown settings (CONFIG disabled) do not refuse.
+func WithStrictCheck() Option {
+	return func(c *config) { c.strict = true }
 }
 
 // WithLogger sets where the client logs: a renewal that ended a lock and a

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/redistest"
+)
+
+func TestCheckBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"-addrs", "127.0.0.1:1", "-o", "csv"},
+		{"-addrs", "127.0.0.1:1", "-node-timeout", "0s"},
+		{"-addrs", "127.0.0.1:1", "extra"},
+	} {
+		code, _, errOut := runCmd(t, append([]string{"check"}, args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+	}
+	code, _, errOut := runCmd(t, "check", "-h")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, errOut, "-fence-addr")
+	code, _, errOut = runCmd(t, "-h")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, errOut, "redlock-bench check", "the main usage names the subcommand")
+}
+
+type checkJSON struct {
+	Masters []struct {
+		Node, Addr string
+		Findings   []struct{ Setting, Source, Value, Status, Why string }
+	}
+	Fence *struct {
+		Node     string
+		Findings []struct{ Setting, Source, Value, Status string }
+	}
+	Worst string
+}
+
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	good := redistest.StartN(t, 2, redisserver.Options{})
+	evicting := redistest.Start(t, redisserver.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
+	counter := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+	addrs := good[0].Addr() + "," + good[1].Addr()
+
+	t.Run("warnings exit 0", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "check", "-addrs", addrs, "-fence-addr", counter.Addr(), "-o", "json")
+		require.Equal(t, exitOK, code, errOut)
+		var rep checkJSON
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		require.Len(t, rep.Masters, 2)
+		assert.Equal(t, good[0].Addr(), rep.Masters[0].Addr)
+		assert.Equal(t, "warning", rep.Worst, "no persistence on the masters")
+		require.NotNil(t, rep.Fence)
+		for _, f := range rep.Fence.Findings {
+			assert.Equal(t, "ok", f.Status, f.Setting)
+		}
+		for _, n := range rep.Masters {
+			for _, f := range n.Findings {
+				assert.Equal(t, "server", f.Source, "the tool's own go-redis options are left out")
+				assert.NotEmpty(t, f.Why, f.Setting)
+			}
+		}
+	})
+	t.Run("a problem exits 1", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "check", "-addrs", addrs+","+evicting.Addr())
+		assert.Equal(t, exitError, code, errOut)
+		assert.Contains(t, out, "SETTING")
+		var line string
+		for l := range strings.Lines(out) {
+			if strings.Contains(l, "master 2") && strings.Contains(l, "maxmemory-policy") {
+				line = l
+			}
+		}
+		assert.Contains(t, line, "allkeys-lru")
+		assert.Contains(t, line, "problem")
+		assert.Contains(t, out, "worst: problem")
+	})
+	t.Run("the counter on a master is refused", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "check", "-addrs", addrs, "-fence-addr", good[0].Addr())
+		assert.Equal(t, exitUsage, code)
+		assert.Contains(t, errOut, "fence counter")
+	})
+}

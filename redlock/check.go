@@ -1,0 +1,406 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUnsafeConfig: a master or the fence counter has a setting under which
+// the lock can be granted twice or a fence repeated (a [Report] with a
+// [Problem]); returned by [Report.Err] and, under [WithStrictCheck], by
+// every acquisition.
+var ErrUnsafeConfig = errors.New("redlock: unsafe configuration")
+
+// Status is the verdict on one setting, from best to worst except for
+// Unknown, which sits between OK and Warning: not seen is not safe.
+type Status int
+
+// The verdicts of a [Finding].
+const (
+	OK      Status = iota // safe for the lock
+	Unknown               // could not be read (CONFIG is often disabled on managed Redis)
+	Warning               // safe only with care, e.g. delayed restarts
+	Problem               // the lock can be granted twice, or a fence repeated
+)
+
+var statusNames = [...]string{"ok", "unknown", "warning", "problem"}
+
+func (s Status) String() string {
+	if s < 0 || int(s) >= len(statusNames) {
+		return "status(" + strconv.Itoa(int(s)) + ")"
+	}
+	return statusNames[s]
+}
+
+// MarshalText writes the status as its name, for JSON.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Finding is what Check found about one setting of one node.
+type Finding struct {
+	Setting string `json:"setting"` // a server setting (maxmemory-policy) or a go-redis option (PoolSize)
+	Source  string `json:"source"`  // "server" or "client": the go-redis client's own options
+	Value   string `json:"value"`   // as read; "" when Unknown
+	Status  Status `json:"status"`
+	Why     string `json:"why"` // what the value means for the lock
+}
+
+// NodeReport is what Check found about one node.
+type NodeReport struct {
+	Node     string    `json:"node"` // "master 0", "fence counter"
+	Addr     string    `json:"addr"` // host:port, or "" when the client does not name one
+	Findings []Finding `json:"findings"`
+}
+
+// Report is the outcome of [Client.Check]: one NodeReport per master, in
+// the order given to [New], and one for the fence counter when the
+// client's minter names its Redis node ([NodeMinter]).
+type Report struct {
+	Masters []NodeReport `json:"masters"`
+	Fence   *NodeReport  `json:"fence,omitempty"`
+}
+
+// Worst is the worst status in the report ([Unknown] counts below
+// [Warning]).
+func (r Report) Worst() Status {
+	worst := OK
+	for _, n := range r.nodes() {
+		for _, f := range n.Findings {
+			worst = max(worst, f.Status)
+		}
+	}
+	return worst
+}
+
+// Err is nil unless some finding is a [Problem]; then it wraps
+// [ErrUnsafeConfig] and names each problem.
+func (r Report) Err() error {
+	var bad []string
+	for _, n := range r.nodes() {
+		for _, f := range n.Findings {
+			if f.Status == Problem {
+				bad = append(bad, fmt.Sprintf("%s %s is %q: %s", n.label(), f.Setting, f.Value, f.Why))
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrUnsafeConfig, strings.Join(bad, "; "))
+}
+
+func (r Report) nodes() []NodeReport {
+	if r.Fence == nil {
+		return r.Masters
+	}
+	return append(r.Masters[:len(r.Masters):len(r.Masters)], *r.Fence)
+}
+
+func (n NodeReport) label() string {
+	if n.Addr == "" {
+		return n.Node
+	}
+	return n.Node + " (" + n.Addr + ")"
+}
+
+// Check reads each master's and the fence counter's settings (INFO, and
+// CONFIG GET for what INFO does not show) and the go-redis options of
+// their clients, all nodes at once, each call bounded by the node timeout.
+// A setting that cannot be read (CONFIG disabled, a node down) is
+// [Unknown], not an error: the error is only ctx's. Check never changes
+// a setting. See docs/operations.md, "Checking masters".
+func (c *Client) Check(ctx context.Context) (Report, error) {
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Masters: make([]NodeReport, len(c.masters))}
+	var fence *NodeReport
+	var wg sync.WaitGroup
+	for i, m := range c.masters {
+		wg.Go(func() {
+			rep.Masters[i] = c.checkNode(ctx, fmt.Sprintf("master %d", i), optionsOf(m).addr, m, masterRules)
+		})
+	}
+	if on, ok := c.cfg.minter.(NodeMinter); ok {
+		node := on.Node()
+		wg.Go(func() {
+			r := c.checkNode(ctx, "fence counter", optionsOf(node).addr, node, counterRules)
+			fence = &r
+		})
+	}
+	wg.Wait()
+	rep.Fence = fence
+	return rep, ctx.Err()
+}
+
+// checkNode reads one node's settings, then judges them by rules.
+func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rules func(settings) []Finding) NodeReport {
+	s := settings{}
+	run := func(cmd redis.Cmder) error {
+		return c.within(ctx, func(ctx context.Context) error { return process(ctx, node, cmd) })
+	}
+	info := redis.NewStringCmd(ctx, "info")
+	if err := run(info); err == nil {
+		for line := range strings.Lines(info.Val()) {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				s[k] = v
+			}
+		}
+	}
+	// INFO shows these under other names; CONFIG is the authority when it
+	// answers, and the only source for the rest.
+	fromInfo := map[string]string{"maxmemory-policy": "maxmemory_policy", "appendonly": "aof_enabled"}
+	down := false
+	for _, p := range []string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite", "save"} {
+		if !down {
+			cmd := redis.NewMapStringStringCmd(ctx, "config", "get", p)
+			err := run(cmd)
+			if v, ok := cmd.Val()[p]; err == nil && ok {
+				s[p] = v
+				continue
+			}
+			// No reply at all: the next calls would wait as long.
+			down = err != nil && !isErrorReply(err)
+		}
+		if v, ok := s[fromInfo[p]]; ok && fromInfo[p] != "" {
+			if p == "appendonly" {
+				v = map[string]string{"1": "yes", "0": "no"}[v]
+			}
+			s[p] = v
+		}
+	}
+	return NodeReport{Node: name, Addr: addr, Findings: append(rules(s), clientFindings(node)...)}
+}
+
+// process sends cmd through whichever method node has: a [Master]'s
+// Process, or a fence counter node's own commands.
+func process(ctx context.Context, node any, cmd redis.Cmder) error {
+	if m, ok := node.(interface {
+		Process(context.Context, redis.Cmder) error
+	}); ok {
+		return m.Process(ctx, cmd)
+	}
+	n, ok := node.(interface {
+		Info(context.Context, ...string) *redis.StringCmd
+		ConfigGet(context.Context, string) *redis.MapStringStringCmd
+	})
+	if !ok {
+		return errors.New("redlock: this node cannot be asked for its settings")
+	}
+	args := cmd.Args()
+	switch dst := cmd.(type) {
+	case *redis.StringCmd:
+		r := n.Info(ctx)
+		dst.SetVal(r.Val())
+		return r.Err()
+	case *redis.MapStringStringCmd:
+		r := n.ConfigGet(ctx, args[2].(string))
+		dst.SetVal(r.Val())
+		return r.Err()
+	}
+	return errors.New("redlock: unexpected command")
+}
+
+// within runs call bounded by the node timeout, on a goroutine of its own:
+// go-redis honours a deadline in reads only with ContextTimeoutEnabled.
+func (c *Client) within(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- call(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// settings are a node's INFO fields and CONFIG values, by name.
+type settings map[string]string
+
+func (s settings) finding(name string, judge func(v string) (Status, string)) Finding {
+	v, ok := s[name]
+	if !ok {
+		return Finding{Setting: name, Source: "server", Status: Unknown, Why: "could not be read (CONFIG GET refused or the node did not answer)"}
+	}
+	st, why := judge(v)
+	return Finding{Setting: name, Source: "server", Value: v, Status: st, Why: why}
+}
+
+func role(s settings) Finding {
+	return s.finding("role", func(v string) (Status, string) {
+		if v == "master" {
+			return OK, "a primary: it takes the writes"
+		}
+		return Problem, "a replica: it refuses the lock's writes, and a replica promoted at failover may lack keys its primary granted (replication is asynchronous)"
+	})
+}
+
+func version(s settings) Finding {
+	return s.finding("redis_version", func(v string) (Status, string) {
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n >= 6 {
+			return OK, "tested with 7.x"
+		}
+		return Warning, "older than 6.0: not tested with this library"
+	})
+}
+
+func policy(s settings) Finding {
+	return s.finding("maxmemory-policy", func(v string) (Status, string) {
+		if v == "noeviction" {
+			return OK, "a full memory refuses writes instead of dropping keys"
+		}
+		return Problem, "a full memory evicts keys, and every lock key has a TTL, so volatile-* evicts them too: a held lock can vanish and be granted again"
+	})
+}
+
+// masterRules judge a master: a restart without persistence forgets the
+// locks it voted for, which the spec answers with delayed restarts, so
+// weak persistence is a warning, not a problem.
+func masterRules(s settings) []Finding {
+	aof := s["appendonly"] == "yes"
+	return []Finding{
+		version(s), role(s), policy(s),
+		s.finding("appendonly", func(v string) (Status, string) {
+			if v == "yes" {
+				return OK, "lock keys survive a restart"
+			}
+			return Warning, "a restart forgets the locks it granted and can vote for a second holder: restart it only after the longest TTL has passed"
+		}),
+		s.finding("appendfsync", func(v string) (Status, string) {
+			switch {
+			case !aof:
+				return OK, "not used: appendonly is off"
+			case v == "always":
+				return OK, "every write is on disk before the reply"
+			}
+			return Warning, "a crash loses the last writes (up to a second with everysec): a lock granted then is forgotten; restart only after the longest TTL"
+		}),
+		s.finding("save", func(v string) (Status, string) {
+			switch {
+			case aof:
+				return OK, "the append-only file covers restarts"
+			case v == "":
+				return Warning, "no snapshots either: a restart starts empty"
+			}
+			return Warning, "snapshots only: a restart loses the locks granted since the last one"
+		}),
+	}
+}
+
+// counterRules judge the fence counter's node by the rules of
+// fence.RedisCounter.CheckDurability: a lost mint can repeat a fence, so
+// anything short of full durability is a problem.
+func counterRules(s settings) []Finding {
+	want := func(name, good, why string) Finding {
+		return s.finding(name, func(v string) (Status, string) {
+			if strings.EqualFold(v, good) {
+				return OK, "durable"
+			}
+			return Problem, why + " (want " + good + ")"
+		})
+	}
+	return []Finding{
+		version(s), role(s), policy(s),
+		want("appendonly", "yes", "a restart loses the counters: fences repeat"),
+		want("appendfsync", "always", "a crash loses the last mints: fences repeat"),
+		want("no-appendfsync-on-rewrite", "no", "mints during a rewrite are not fsynced: a crash then repeats fences"),
+	}
+}
+
+// clientFindings judge the go-redis options of node's client, when it is
+// a *redis.Client (also from NewFailoverClient) or a *redis.ClusterClient.
+func clientFindings(node any) []Finding {
+	var ctxTimeout bool
+	var pool, retries int
+	var read time.Duration
+	switch c := node.(type) {
+	case interface{ Options() *redis.Options }:
+		o := c.Options()
+		ctxTimeout, pool, retries, read = o.ContextTimeoutEnabled, o.PoolSize, o.MaxRetries, o.ReadTimeout
+	case interface{ Options() *redis.ClusterOptions }:
+		o := c.Options()
+		ctxTimeout, pool, retries, read = o.ContextTimeoutEnabled, o.PoolSize, o.MaxRetries, o.ReadTimeout
+	default:
+		return []Finding{{Setting: "options", Source: "client", Status: Unknown, Why: "not a *redis.Client or *redis.ClusterClient"}}
+	}
+	f := []Finding{
+		{Setting: "ContextTimeoutEnabled", Source: "client", Value: strconv.FormatBool(ctxTimeout), Status: OK,
+			Why: "calls given up at the node timeout free their connection at once"},
+		{Setting: "PoolSize", Source: "client", Value: strconv.Itoa(pool), Status: OK,
+			Why: "at most this many connections wait on a master that hangs"},
+		{Setting: "MaxRetries", Source: "client", Value: strconv.Itoa(retries), Status: OK,
+			Why: "a failed command is not sent again: a failure costs no more than one try"},
+	}
+	if !ctxTimeout {
+		f[0].Status = Warning
+		f[0].Why = fmt.Sprintf("a call given up at the node timeout holds its connection until ReadTimeout (%v): a hung master can tie up the whole pool", read)
+	}
+	if retries > 0 {
+		f[2].Status = Warning
+		f[2].Why = "a failed command is sent again within the node timeout, so one slow master spends it all and a failure cannot be told from a command never sent"
+	}
+	return f
+}
+
+// strictGate is the state of [WithStrictCheck]: the outcome of the last
+// check, kept for good once every node answered.
+type strictGate struct {
+	mu   sync.Mutex
+	done bool      // a complete check ran: err is final
+	err  error     // that check's Report.Err
+	last time.Time // when an incomplete check last ran
+}
+
+// strictRecheck is how often an incomplete check (a node that did not
+// answer) is run again by the acquisitions that follow.
+const strictRecheck = time.Second
+
+// admit is nil when the client may acquire: always without
+// [WithStrictCheck]; with it, once a check found no [Problem]. The first
+// call runs the check; later ones read its kept outcome, except that a
+// check some node did not answer is run again, at most once per second.
+func (c *Client) admit(ctx context.Context) error {
+	g := c.cfg.gate
+	if !c.cfg.strict {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done || (!g.last.IsZero() && time.Since(g.last) < strictRecheck) {
+		return g.err
+	}
+	rep, err := c.Check(ctx)
+	if err != nil {
+		return errors.Join(ErrNotAcquired, err)
+	}
+	g.err, g.last, g.done = rep.Err(), time.Now(), complete(rep)
+	return g.err
+}
+
+// complete reports whether every node answered INFO.
+func complete(rep Report) bool {
+	for _, n := range rep.nodes() {
+		for _, f := range n.Findings {
+			if f.Setting == "role" && f.Status == Unknown {
+				return false
+			}
+		}
+	}
+	return true
+}
