@@ -12,12 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrUnsafeConfig: a master or the fence counter has a setting under which
-// the lock can be granted twice or a fence repeated (a [Report] with a
-// [Problem]); returned by [Report.Err] and, under [WithStrictCheck], by
-// every acquisition.
-var ErrUnsafeConfig = errors.New("redlock: unsafe configuration")
-
 // Status is the verdict on one setting, from best to worst except for
 // Unknown, which sits between OK and Warning: not seen is not safe.
 type Status int

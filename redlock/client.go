@@ -295,6 +295,9 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 // attemptLock is attempt for l's keys: one SET NX, or for several resources
 // one script that sets all of them or none (never queued: q is nil).
 func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
+	if err := c.admit(ctx); err != nil {
+		return nil, nil, err
+	}
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
 	// One argument list serves every master: go-redis only reads it.

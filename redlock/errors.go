@@ -30,6 +30,9 @@ var (
 	// the renewer of [Lock.Renew] ended it, or Unlock found it gone from the
 	// masters. Another client may have held the lock since.
 	ErrLockLost = errors.New("redlock: lock lost")
+	// ErrUnsafeConfig: [Client.Check] found a problem (a replica, an evicting
+	// maxmemory-policy); with [WithStrictCheck] acquisitions fail with it.
+	ErrUnsafeConfig = errors.New("redlock: unsafe configuration")
 )
 
 // The reasons the renewer of [Lock.Renew] gives when it ends a lock; the

@@ -9,6 +9,7 @@
 //	redlock-bench [flags]           the benchmark below
 //	redlock-bench fencing [flags]   the fence's duplicate-write benchmark
 //	redlock-bench chaos [flags]     failures injected on real servers, counted
+//	redlock-bench check -addrs ...  the masters' and fence counter's settings (docs/operations.md)
 //
 // `redlock-bench -h` and `redlock-bench fencing -h` list every flag with its
 // default. Exit status 0 means success, 1 a failed run (a server could not
