@@ -219,6 +219,15 @@ func TestStrictCheck(t *testing.T) {
 	fine := newTestClient(t, []Master{good}, WithNodeTimeout(checkTimeout), WithStrictCheck())
 	assert.NoError(t, fine.admit(ctx))
 
+	// Every acquisition passes the gate.
+	_, err = strict.TryLock(ctx, resourceName(t), time.Second)
+	require.ErrorIs(t, err, ErrUnsafeConfig)
+	_, err = strict.TryLockAll(ctx, []string{resourceName(t), resourceName(t)}, time.Second)
+	require.ErrorIs(t, err, ErrUnsafeConfig)
+	l, err := fine.TryLock(ctx, resourceName(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+
 	// One Option value shared by two clients must not share their outcome.
 	opt := WithStrictCheck()
 	a := newTestClient(t, []Master{bad}, WithNodeTimeout(checkTimeout), opt)
