@@ -220,11 +220,11 @@ func TestStrictCheck(t *testing.T) {
 	assert.NoError(t, fine.admit(ctx))
 
 	// Every acquisition passes the gate.
-	_, err = strict.TryLock(ctx, resourceName(t), time.Second)
+	_, err = strict.TryLock(ctx, resourceName(t), 10*time.Second)
 	require.ErrorIs(t, err, ErrUnsafeConfig)
-	_, err = strict.TryLockAll(ctx, []string{resourceName(t), resourceName(t)}, time.Second)
+	_, err = strict.TryLockAll(ctx, []string{resourceName(t), resourceName(t)}, 10*time.Second)
 	require.ErrorIs(t, err, ErrUnsafeConfig)
-	l, err := fine.TryLock(ctx, resourceName(t), time.Second)
+	l, err := fine.TryLock(ctx, resourceName(t), 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
 
