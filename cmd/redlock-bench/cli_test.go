@@ -196,9 +196,6 @@ func TestContendedScenario(t *testing.T) {
 		// 300 ms a waiter may win nothing: fairness 0 is a finding there.
 		assert.GreaterOrEqual(t, r.Fairness, 0.0)
 		assert.LessOrEqual(t, r.Fairness, 1.0)
-		if r.Variant == "redlock fair" {
-			assert.Positive(t, r.Fairness, "queued waiters each get turns")
-		}
 		assert.Empty(t, r.RatioOf)
 		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors)
 	}
