@@ -27,6 +27,7 @@ type chaosInvocation struct {
 	format string
 	json   string // also write the rows as JSON to this file
 	store  string // memory or postgres
+	secret string // the PostgreSQL password of -pg-dsn, kept out of every message
 }
 
 func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
@@ -45,7 +46,7 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	fs.StringVar(&inv.format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.json, "json", "", "also write the rows as JSON to this file")
 	fs.StringVar(&inv.store, "store", "memory", "the fenced store: memory (in this process, served to the workers) or postgres (tables guarded by pgfence)")
-	fs.StringVar(&c.PGDSN, "pg-dsn", "", "with -store postgres: this database (tables with a prefix of their own, dropped afterwards); empty: a throw-away PostgreSQL the run starts")
+	fs.StringVar(&c.PGDSN, "pg-dsn", "", "with -store postgres: this database, postgres://user@host:port/db or key=value (tables with a prefix of their own, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); empty: a throw-away PostgreSQL the run starts")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench chaos [flags]\n\n"+
 			"Each known way a Redis lock fails, injected on real redis-server processes with worker\n"+
@@ -74,6 +75,10 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	case c.PGDSN != "" && inv.store != "postgres":
 		return nil, usage(fs, "-pg-dsn needs -store postgres")
 	}
+	var err error
+	if inv.secret, err = pgPassword(fs, c.PGDSN); err != nil {
+		return nil, err
+	}
 	return inv, nil
 }
 
@@ -98,6 +103,9 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	start := time.Now()
 	rows, err := chaos.Run(ctx, inv.cfg)
+	for i := range rows {
+		rows[i].Problems = redactSecrets(rows[i].Problems, inv.secret) // a store's error may quote its DSN
+	}
 	if err == nil || len(rows) > 0 {
 		if werr := writeChaos(stdout, rows, inv.format); werr != nil && err == nil {
 			err = werr
@@ -109,7 +117,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", strings.TrimPrefix(oneLine(err), "chaos: "))
+		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", redactSecrets(strings.TrimPrefix(oneLine(err), "chaos: "), inv.secret))
 		if errors.Is(err, chaos.ErrConfig) {
 			return exitUsage
 		}

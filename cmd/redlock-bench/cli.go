@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/term"
 
+	"quorumlock.dev/internal/backend"
 	"quorumlock.dev/internal/benchrun"
 	"quorumlock.dev/internal/output"
 	"quorumlock.dev/internal/plot"
@@ -40,11 +42,10 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.SetOutput(stderr)
 	inv := &invocation{}
 	cfg := &inv.Config
-	var backend, addrs, conc string
+	var backend, conc string
 	fs.StringVar(&backend, "backend", "embedded", "where the servers come from: embedded (in-process miniredis) or redis-server (real processes started and stopped by the run); -addrs selects existing servers")
-	fs.StringVar(&addrs, "addrs", "", "existing masters, host:port,... (never flushed; the run's keys are removed afterwards)")
-	fs.StringVar(&cfg.Backend.SingleAddr, "single-addr", "", "with -addrs: the server for the single-instance mode (default: the first of -addrs)")
-	fs.StringVar(&cfg.Backend.FenceAddr, "fence-addr", "", "with -addrs: the fence counter node (needed for -fence)")
+	var servers serverFlags
+	servers.register(fs)
 	fs.IntVar(&cfg.Masters, "masters", 5, "masters of the redlock mode")
 	fs.StringVar(&cfg.Scenario, "scenario", "healthy", "healthy | slow (one master behind a proxy: rows at 0 ms and -delay) | dead (-dead masters unreachable) | scale (masters 1, 3, 5, 7, 9) | contended (-c goroutines wait in Lock for -keys resources, 1 by default)")
 	fs.StringVar(&conc, "c", "1,8,64", "concurrency: goroutines sharing one client, comma-separated; one row per value")
@@ -74,20 +75,19 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	if cfg.Scenario == "contended" && !flagSet(fs, "keys") {
 		cfg.Keys = 1
 	}
-	if addrs != "" {
+	if servers.addrs != "" {
 		if set := flagSet(fs, "backend"); set && backend != "addrs" {
 			return nil, usage(fs, "-addrs and -backend %s exclude each other", backend)
 		}
 		cfg.Backend.Kind = "addrs"
-		cfg.Backend.Addrs = splitList(addrs)
 	} else if backend == "addrs" {
 		return nil, usage(fs, "-backend addrs needs -addrs")
 	}
+	if err := servers.apply(fs, &cfg.Backend); err != nil {
+		return nil, err
+	}
 	if !slices.Contains([]string{"embedded", "redis-server", "addrs"}, cfg.Backend.Kind) {
 		return nil, usage(fs, "unknown backend %q", backend)
-	}
-	if cfg.Backend.Kind != "addrs" && (cfg.Backend.SingleAddr != "" || cfg.Backend.FenceAddr != "") {
-		return nil, usage(fs, "-single-addr and -fence-addr need -addrs")
 	}
 	for _, s := range splitList(conc) {
 		n, err := strconv.Atoi(s)
@@ -114,6 +114,65 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 		return nil, err
 	}
 	return inv, nil
+}
+
+// serverFlags are the flags that name existing servers and how to reach them, shared by
+// the subcommands that talk to them.
+type serverFlags struct {
+	addrs, single, fence string
+	passwordEnv, tlsCA   string
+}
+
+func (s *serverFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.addrs, "addrs", "", "existing masters, comma-separated, each host:port or redis://[user@]host:port[/db] (rediss:// for TLS); never flushed, the run's keys are removed afterwards")
+	fs.StringVar(&s.single, "single-addr", "", "with -addrs: the server for the single-instance mode, as in -addrs (default: the first of -addrs)")
+	fs.StringVar(&s.fence, "fence-addr", "", "with -addrs: the fence counter node, as in -addrs (needed for -fence)")
+	fs.StringVar(&s.passwordEnv, "password-env", "", "with -addrs: the environment variable holding the password of every server whose URL has none (e.g. REDISCLI_AUTH); keeps it out of the command line")
+	fs.StringVar(&s.tlsCA, "tls-ca", "", "with rediss:// addresses: PEM file of the CAs their certificates must chain to (default: the system's)")
+}
+
+// apply puts the flags into bc, whose Kind the caller has set; an error has been printed.
+func (s *serverFlags) apply(fs *flag.FlagSet, bc *backend.Config) error {
+	if bc.Kind != "addrs" {
+		if s.single != "" || s.fence != "" || s.passwordEnv != "" || s.tlsCA != "" {
+			return usage(fs, "-single-addr, -fence-addr, -password-env and -tls-ca need -addrs")
+		}
+		return nil
+	}
+	bc.Addrs, bc.SingleAddr, bc.FenceAddr, bc.TLSCAFile = splitList(s.addrs), s.single, s.fence, s.tlsCA
+	if s.passwordEnv != "" {
+		pw, ok := os.LookupEnv(s.passwordEnv)
+		if !ok || pw == "" {
+			return usage(fs, "-password-env %s: the variable is not set", s.passwordEnv)
+		}
+		bc.Password = pw
+	}
+	return nil
+}
+
+// pgPassword checks a -pg-dsn and returns the password a connection would use: the DSN's,
+// or PGPASSWORD's, or the passfile's. No line the command prints may carry it.
+func pgPassword(fs *flag.FlagSet, dsn string) (string, error) {
+	if dsn == "" {
+		return "", nil
+	}
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message quotes the DSN with the password masked as best it can; an
+		// unparsable DSN may hide one where pgx does not look, so say nothing of it.
+		return "", usage(fs, "-pg-dsn is not a PostgreSQL URL (postgres://...) or key=value string")
+	}
+	return cfg.Password, nil
+}
+
+// redactSecrets replaces every non-empty secret in s with "xxxxx".
+func redactSecrets(s string, secrets ...string) string {
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "xxxxx")
+		}
+	}
+	return s
 }
 
 // usage prints a bad flag's error and the usage text, and returns the error.

@@ -27,6 +27,18 @@
 // the run deletes its keys afterwards. The report names the backend and
 // every server with its version.
 //
+// Each of -addrs, -single-addr and -fence-addr is host:port or a URL as
+// go-redis's ParseURL reads it: redis://[user[:password]@]host:port[/db], or
+// rediss:// for TLS (verified against the system's CAs, or -tls-ca FILE).
+// -password-env NAME takes the password of every server whose URL has none
+// from the environment variable NAME (REDISCLI_AUTH, say), so that it is not
+// in the command line for every user of the machine to read; a password in a
+// URL works but is visible there. No report, log line or error prints a
+// password: addresses appear with it replaced by xxxxx. -pg-dsn (fencing,
+// chaos) is a postgres:// URL or key=value string; its password is best left
+// to PGPASSWORD or ~/.pgpass, which pgx reads, and is never printed either.
+// docs/operations.md has the details.
+//
 // # Scenarios
 //
 //   - healthy: redlock over -masters masters and single-instance, at each -c.

@@ -16,6 +16,7 @@ import (
 type fencingInvocation struct {
 	cfg    fencingbench.Config
 	format string // text or json
+	secret string // the PostgreSQL password, kept out of every message
 }
 
 // parseFencing reads the fencing subcommand's flags; errors mean exit status 2.
@@ -38,7 +39,7 @@ func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
 	fs.Uint64Var(&c.Seed, "seed", 1, "picks the paused jobs; both passes pause the same ones")
 	fs.DurationVar(&c.Stall, "stall", 0, "stop with an error when no job finishes for this long (0: 20×(ttl+pause), at least 10s)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
-	fs.StringVar(&inv.cfg.PGDSN, "pg-dsn", "", "store in this PostgreSQL database (tables with a random prefix, dropped afterwards); with -backend redis-server and no -pg-dsn the run starts a throw-away PostgreSQL")
+	fs.StringVar(&inv.cfg.PGDSN, "pg-dsn", "", "store in this PostgreSQL database, postgres://user@host:port/db or key=value (tables with a random prefix, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); with -backend redis-server and no -pg-dsn the run starts a throw-away PostgreSQL")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench fencing [flags]\n\nThe incident review's duplicate-write benchmark: duplicate writes over N allocation jobs, without and with the fence enforced by the storage.\n\n")
 		fs.PrintDefaults()
@@ -67,6 +68,10 @@ func parseFencing(args []string, stderr io.Writer) (*fencingInvocation, error) {
 	if err := c.Validate(); err != nil {
 		return nil, usage(fs, "%v", err)
 	}
+	var err error
+	if inv.secret, err = pgPassword(fs, inv.cfg.PGDSN); err != nil {
+		return nil, err
+	}
 	inv.cfg.Backend = backend.Config{Kind: kind, Masters: masters}
 	return inv, nil
 }
@@ -85,7 +90,7 @@ func runFencing(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		err = fencingbench.Write(stdout, rep, inv.format)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench fencing: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "redlock-bench fencing: %s\n", redactSecrets(oneLine(err), inv.secret))
 		return exitError
 	}
 	return exitOK

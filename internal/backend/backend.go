@@ -6,6 +6,7 @@ package backend
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ var ErrConfig = errors.New("backend: bad backend configuration")
 var ErrUnreachable = errors.New("backend: server unreachable")
 
 // Config says where the servers of a run come from. Kind is "embedded" (the default),
-// "redis-server" or "addrs"; Addrs, SingleAddr and FenceAddr are for Kind "addrs" only.
+// "redis-server" or "addrs"; the other fields but Masters are for Kind "addrs" only.
 type Config struct {
 	// Kind chooses the servers: "embedded" runs miniredis in this process, which needs
 	// nothing installed but measures miniredis rather than Redis; "redis-server" starts real
@@ -65,12 +66,20 @@ type Config struct {
 	Kind string
 	// Masters is how many masters the run needs, 1 to 16.
 	Masters int
-	// Addrs are the masters of Kind "addrs", as host:port; the first Masters are used.
+	// Addrs are the masters of Kind "addrs"; the first Masters are used. Each is host:port
+	// or a URL that redis.ParseURL reads: redis://[user[:password]@]host:port[/db], or
+	// rediss:// for TLS.
 	Addrs []string
 	// SingleAddr is the server of the single-instance mode; "" means Addrs[0].
 	SingleAddr string
 	// FenceAddr is the server of the fence counter; "" means the run has no fence.
 	FenceAddr string
+	// Password authenticates to every server whose URL carries none. A caller takes it from
+	// somewhere other than the command line, where any user of the machine could read it.
+	Password string
+	// TLSCAFile is a PEM file of the CAs that rediss:// servers' certificates must chain to;
+	// "" means the system's roots.
+	TLSCAFile string
 }
 
 // Env is an opened backend: the addresses a run sends its traffic to. Close it when the run
@@ -97,6 +106,11 @@ type Env struct {
 
 	minis   []*embeddedredis.Server
 	servers []*redisserver.Server
+	// For Kind "addrs": the client options of each server by host:port, the host:port of
+	// each entry of Servers, and the passwords that no message may carry.
+	opts    map[string]*redis.Options
+	hosts   []string
+	secrets []string
 
 	mu     sync.Mutex
 	closed bool
@@ -108,7 +122,7 @@ type Env struct {
 // error wrapping [ErrUnreachable]. A missing redis-server yields an error wrapping
 // [redisserver.ErrNotInstalled]. On failure Open stops whatever it started.
 func Open(ctx context.Context, bc Config) (*Env, error) {
-	kind, err := validateBackend(bc)
+	kind, addrs, err := validateBackend(bc)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +138,7 @@ func Open(ctx context.Context, bc Config) (*Env, error) {
 	case kindRedisServer:
 		err = e.openRedisServer(ctx, bc.Masters)
 	case kindAddrs:
-		err = e.openAddrs(ctx, bc)
+		err = e.openAddrs(ctx, addrs)
 	}
 	if err != nil {
 		// Nothing to clean up on addrs servers yet: the run has written no keys.
@@ -134,54 +148,82 @@ func Open(ctx context.Context, bc Config) (*Env, error) {
 	return e, nil
 }
 
-// validateBackend returns the effective kind, or an error wrapping ErrConfig.
-func validateBackend(bc Config) (string, error) {
+// validateBackend returns the effective kind and, for Kind "addrs", the masters, then the
+// single server, then the fence; or an error wrapping ErrConfig. Nothing it prints carries a
+// password.
+func validateBackend(bc Config) (string, []*server, error) {
 	kind := bc.Kind
 	if kind == "" {
 		kind = kindEmbedded
 	}
 	if bc.Masters < 1 || bc.Masters > maxMasters {
-		return "", fmt.Errorf("%w: %d masters, want 1 to %d", ErrConfig, bc.Masters, maxMasters)
+		return "", nil, fmt.Errorf("%w: %d masters, want 1 to %d", ErrConfig, bc.Masters, maxMasters)
 	}
 	switch kind {
 	case kindEmbedded, kindRedisServer:
 		// Addresses given with another kind are most likely a forgotten kind; ignoring
 		// them would benchmark servers the user did not mean.
-		if len(bc.Addrs) > 0 || bc.SingleAddr != "" || bc.FenceAddr != "" {
-			return "", fmt.Errorf("%w: addresses given for backend %q; they need backend %q", ErrConfig, kind, kindAddrs)
+		if len(bc.Addrs) > 0 || bc.SingleAddr != "" || bc.FenceAddr != "" || bc.Password != "" || bc.TLSCAFile != "" {
+			return "", nil, fmt.Errorf("%w: addresses or credentials given for backend %q; they need backend %q", ErrConfig, kind, kindAddrs)
 		}
-		return kind, nil
+		return kind, nil, nil
 	case kindAddrs:
 	default:
-		return "", fmt.Errorf("%w: unknown backend %q, want %s, %s or %s",
+		return "", nil, fmt.Errorf("%w: unknown backend %q, want %s, %s or %s",
 			ErrConfig, bc.Kind, kindEmbedded, kindRedisServer, kindAddrs)
 	}
 	if len(bc.Addrs) < bc.Masters {
-		return "", fmt.Errorf("%w: %d masters need %d addresses, got %d", ErrConfig, bc.Masters, bc.Masters, len(bc.Addrs))
+		return "", nil, fmt.Errorf("%w: %d masters need %d addresses, got %d", ErrConfig, bc.Masters, bc.Masters, len(bc.Addrs))
 	}
-	seen := make(map[string]bool, bc.Masters)
+	var roots *x509.CertPool
+	if bc.TLSCAFile != "" {
+		var err error
+		if roots, err = loadRoots(bc.TLSCAFile); err != nil {
+			return "", nil, err
+		}
+	}
+	single := bc.SingleAddr
+	if single == "" {
+		single = bc.Addrs[0]
+	}
+	type named struct{ role, addr string }
+	var all []named
 	for _, a := range bc.Addrs[:bc.Masters] {
-		if err := checkHostPort("master", a); err != nil {
-			return "", err
-		}
-		// One server counted twice would let a quorum form with fewer servers than it
-		// claims, so the numbers would describe a different lock.
-		if seen[a] {
-			return "", fmt.Errorf("%w: master %s listed twice", ErrConfig, a)
-		}
-		seen[a] = true
+		all = append(all, named{"master", a})
 	}
-	if bc.SingleAddr != "" {
-		if err := checkHostPort("single", bc.SingleAddr); err != nil {
-			return "", err
-		}
-	}
+	all = append(all, named{"single", single})
 	if bc.FenceAddr != "" {
-		if err := checkHostPort("fence", bc.FenceAddr); err != nil {
-			return "", err
-		}
+		all = append(all, named{"fence", bc.FenceAddr})
 	}
-	return kind, nil
+	var servers []*server
+	byAddr := make(map[string]*server, len(all))
+	tls := false
+	for _, n := range all {
+		s, err := parseServer(n.role, n.addr, bc.Password, roots)
+		if err != nil {
+			return "", nil, err
+		}
+		tls = tls || s.opts.TLSConfig != nil
+		if prev, ok := byAddr[s.opts.Addr]; ok {
+			// One server counted twice would let a quorum form with fewer servers than it
+			// claims, so the numbers would describe a different lock.
+			if n.role == "master" {
+				return "", nil, fmt.Errorf("%w: master %s listed twice", ErrConfig, s.shown)
+			}
+			// One host:port is one set of client options, so a role may share a master's
+			// server only as the master reaches it.
+			if !sameSettings(prev.opts, s.opts) {
+				return "", nil, fmt.Errorf("%w: %s %s is %s %s with other settings (user, password, db or TLS)",
+					ErrConfig, n.role, s.shown, prev.role, prev.shown)
+			}
+		}
+		byAddr[s.opts.Addr] = s
+		servers = append(servers, s)
+	}
+	if roots != nil && !tls {
+		return "", nil, fmt.Errorf("%w: a TLS CA file is given but no address is rediss://", ErrConfig)
+	}
+	return kind, servers, nil
 }
 
 func checkHostPort(role, addr string) error {
@@ -324,19 +366,21 @@ func (u *unreachableError) Error() string {
 
 func (u *unreachableError) Unwrap() []error { return []error{ErrUnreachable, u.err} }
 
-func (e *Env) openAddrs(ctx context.Context, bc Config) error {
-	e.Masters = append([]string(nil), bc.Addrs[:bc.Masters]...)
-	e.Single = bc.SingleAddr
-	if e.Single == "" {
-		e.Single = bc.Addrs[0]
-	}
-	e.Fence = bc.FenceAddr
-	for _, a := range e.Masters {
-		e.Servers = append(e.Servers, report.ServerInfo{Role: "master", Addr: a})
-	}
-	e.Servers = append(e.Servers, report.ServerInfo{Role: "single", Addr: e.Single})
-	if e.Fence != "" {
-		e.Servers = append(e.Servers, report.ServerInfo{Role: "fence", Addr: e.Fence})
+func (e *Env) openAddrs(ctx context.Context, servers []*server) error {
+	e.opts = make(map[string]*redis.Options, len(servers))
+	for _, s := range servers {
+		switch s.role {
+		case "master":
+			e.Masters = append(e.Masters, s.opts.Addr)
+		case "single":
+			e.Single = s.opts.Addr
+		case "fence":
+			e.Fence = s.opts.Addr
+		}
+		e.Servers = append(e.Servers, report.ServerInfo{Role: s.role, Addr: s.shown})
+		e.hosts = append(e.hosts, s.opts.Addr)
+		e.opts[s.opts.Addr] = s.opts
+		e.secrets = append(e.secrets, s.secrets...)
 	}
 
 	addrs := e.distinctAddrs()
@@ -344,7 +388,7 @@ func (e *Env) openAddrs(ctx context.Context, bc Config) error {
 	errs := make([]error, len(addrs))
 	var wg sync.WaitGroup
 	for i, a := range addrs {
-		wg.Go(func() { versions[i], errs[i] = checkServer(ctx, a) })
+		wg.Go(func() { versions[i], errs[i] = checkServer(ctx, e.opts[a]) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -356,11 +400,13 @@ func (e *Env) openAddrs(ctx context.Context, bc Config) error {
 		if err == nil {
 			continue
 		}
+		role, shown := e.roleOf(addrs[i])
+		err = scrubError(err, e.secrets)
 		if !isUnreachable(err) {
-			return fmt.Errorf("backend: %s %s: %w", roleOf(e.Servers, addrs[i]), addrs[i], err)
+			return fmt.Errorf("backend: %s %s: %w", role, shown, err)
 		}
 		if first == nil {
-			first = &unreachableError{role: roleOf(e.Servers, addrs[i]), addr: addrs[i], err: err}
+			first = &unreachableError{role: role, addr: shown, err: err}
 		} else {
 			first.more++
 		}
@@ -373,32 +419,43 @@ func (e *Env) openAddrs(ctx context.Context, bc Config) error {
 		byAddr[a] = versions[i]
 	}
 	for i := range e.Servers {
-		e.Servers[i].Version = byAddr[e.Servers[i].Addr]
+		e.Servers[i].Version = byAddr[e.hosts[i]]
 	}
 	return nil
 }
 
-// distinctAddrs returns each address of e.Servers once, in role order.
+// ClientOptions returns the options of a go-redis client for addr, one of the Env's
+// addresses: for Kind "addrs", the user, password, database and TLS settings its URL and
+// Config gave; else, and for any other address, only Addr. Each call returns a new copy.
+func (e *Env) ClientOptions(addr string) *redis.Options {
+	if o, ok := e.opts[addr]; ok {
+		return cloneOptions(o)
+	}
+	return &redis.Options{Addr: addr}
+}
+
+// distinctAddrs returns each host:port of an addrs Env once, in role order.
 func (e *Env) distinctAddrs() []string {
 	var addrs []string
-	seen := make(map[string]bool, len(e.Servers))
-	for _, s := range e.Servers {
-		if !seen[s.Addr] {
-			seen[s.Addr] = true
-			addrs = append(addrs, s.Addr)
+	seen := make(map[string]bool, len(e.hosts))
+	for _, a := range e.hosts {
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
 		}
 	}
 	return addrs
 }
 
-// roleOf returns the first role addr has, which is the one a user thinks of first.
-func roleOf(servers []report.ServerInfo, addr string) string {
-	for _, s := range servers {
-		if s.Addr == addr {
-			return s.Role
+// roleOf returns the first role addr has, which is the one a user thinks of first, and the
+// address as it may be printed.
+func (e *Env) roleOf(addr string) (role, shown string) {
+	for i, a := range e.hosts {
+		if a == addr {
+			return e.Servers[i].Role, e.Servers[i].Addr
 		}
 	}
-	return "server"
+	return "server", addr
 }
 
 // isUnreachable tells a server that did not answer from one that answered with an error
@@ -413,32 +470,29 @@ func isUnreachable(err error) bool {
 // dead server must be only the line Open returns. The client does not retry and gives up
 // after timeout: Open and Close talk to each server a handful of times, and a dead one must
 // fail at once, not after the library's redials.
-func connect(ctx context.Context, addr string, timeout time.Duration) (*redis.Client, error) {
+func connect(ctx context.Context, opts *redis.Options, timeout time.Duration) (*redis.Client, error) {
 	d := net.Dialer{Timeout: timeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := d.DialContext(ctx, "tcp", opts.Addr)
 	if err != nil {
 		return nil, err
 	}
 	_ = conn.Close()
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		DialTimeout:           timeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		ContextTimeoutEnabled: true,
-		PoolSize:              1,
-		DisableIdentity:       true,
-	}), nil
+	o := cloneOptions(opts)
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
+	o.ContextTimeoutEnabled = true
+	o.PoolSize = 1
+	o.DisableIdentity = true
+	return redis.NewClient(o), nil
 }
 
 // checkServer PINGs addr and returns its redis_version. A server that answers PING but not INFO
 // server (a Redis-compatible server, say) is still usable; its version is "unknown".
-func checkServer(ctx context.Context, addr string) (string, error) {
+func checkServer(ctx context.Context, opts *redis.Options) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	c, err := connect(ctx, addr, checkTimeout)
+	c, err := connect(ctx, opts, checkTimeout)
 	if err != nil {
 		return "", err
 	}
@@ -511,8 +565,9 @@ func (e *Env) deleteKeys(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, a := range addrs {
 		wg.Go(func() {
-			if err := deleteRunKeys(ctx, a, e.Prefix); err != nil {
-				errs[i] = fmt.Errorf("backend: delete keys of %s on %s: %w", e.Prefix, a, err)
+			if err := deleteRunKeys(ctx, e.opts[a], e.Prefix); err != nil {
+				_, shown := e.roleOf(a)
+				errs[i] = fmt.Errorf("backend: delete keys of %s on %s: %w", e.Prefix, shown, scrubError(err, e.secrets))
 			}
 		})
 	}
@@ -523,8 +578,8 @@ func (e *Env) deleteKeys(ctx context.Context) error {
 // deleteRunKeys deletes the keys of the run with prefix on addr. SCAN rather than KEYS, so
 // that a server with many keys is not blocked; deleting while scanning is safe, since SCAN
 // still returns every key that exists throughout the scan.
-func deleteRunKeys(ctx context.Context, addr, prefix string) error {
-	c, err := connect(ctx, addr, cleanupTimeout)
+func deleteRunKeys(ctx context.Context, opts *redis.Options, prefix string) error {
+	c, err := connect(ctx, opts, cleanupTimeout)
 	if err != nil {
 		return err
 	}

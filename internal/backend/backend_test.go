@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,7 +26,7 @@ import (
 // pingAddr sends PING on a fresh connection, so that a closed server fails at once instead
 // of being redialled by a client library.
 func pingAddr(addr string) error {
-	c, err := connect(context.Background(), addr, time.Second)
+	c, err := connect(context.Background(), &redis.Options{Addr: addr}, time.Second)
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,9 @@ func (s *setup) close() {
 func (s *setup) redisClient(addr string) *redis.Client {
 	// Library defaults except the pool, which must not be what limits the
 	// highest concurrency.
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2*slices.Max(s.cfg.Concurrency) + 10})
+	o := s.env.ClientOptions(addr) // the user, password and TLS of an addrs server
+	o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10
+	c := redis.NewClient(o)
 	s.clients = append(s.clients, c)
 	return c
 }

@@ -50,6 +50,19 @@ type Options struct {
 	Wrap []string
 	// Env is added to the server's environment, e.g. an LD_PRELOAD.
 	Env []string
+	// TLS, when set, makes the server speak only TLS on its port (--tls-port, with --port 0).
+	TLS *TLS
+	// Password sets --requirepass; the readiness probe and [Server.Version] authenticate
+	// with it.
+	Password string
+}
+
+// TLS names the PEM files of a TLS server. Clients need no certificate of their own
+// (--tls-auth-clients no).
+type TLS struct {
+	CertFile, KeyFile string
+	// CAFile, if set, is passed as --tls-ca-cert-file.
+	CAFile string
 }
 
 // Server is a redis-server child process. Its methods are safe for concurrent use.
@@ -59,6 +72,7 @@ type Server struct {
 	host   string
 	wrap   []string
 	env    []string
+	probe  probe
 	dir    string
 	ownDir bool
 	port   int // 0 until the first run bound one
@@ -73,7 +87,19 @@ type Server struct {
 // the error carries the end of the server's log.
 func Start(ctx context.Context, opt Options) (*Server, error) {
 	s := &Server{binary: opt.Binary, args: append([]string(nil), opt.Args...), dir: opt.Dir,
-		host: opt.Host, wrap: append([]string(nil), opt.Wrap...), env: append([]string(nil), opt.Env...)}
+		host: opt.Host, wrap: append([]string(nil), opt.Wrap...), env: append([]string(nil), opt.Env...),
+		probe: probe{tls: opt.TLS != nil, password: opt.Password}}
+	if t := opt.TLS; t != nil {
+		// Before the caller's Args, so that they can override these as any default.
+		tlsArgs := []string{"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-auth-clients", "no"}
+		if t.CAFile != "" {
+			tlsArgs = append(tlsArgs, "--tls-ca-cert-file", t.CAFile)
+		}
+		s.args = append(tlsArgs, s.args...)
+	}
+	if opt.Password != "" {
+		s.args = append([]string{"--requirepass", opt.Password}, s.args...)
+	}
 	if s.host == "" {
 		s.host = "127.0.0.1"
 	}
@@ -127,8 +153,11 @@ func (s *Server) launch(ctx context.Context) error {
 	p, err := childproc.Start(ctx, childproc.Spec{
 		Path: path,
 		Args: func(port int) []string {
-			return append(append(prefix,
-				"--port", strconv.Itoa(port),
+			ports := []string{"--port", strconv.Itoa(port)}
+			if s.probe.tls {
+				ports = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
+			}
+			return append(append(append(prefix, ports...),
 				"--bind", s.host,
 				"--save", "",
 				"--appendonly", "no",
@@ -152,7 +181,7 @@ func (s *Server) launch(ctx context.Context) error {
 // ready reports whether the server on p's port answers, as process p.
 func (s *Server) ready(ctx context.Context, p *childproc.Process) error {
 	addr := net.JoinHostPort(s.host, strconv.Itoa(p.Port()))
-	info, err := serverInfo(ctx, addr)
+	info, err := s.probe.serverInfo(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -240,7 +269,7 @@ func (s *Server) Stop() error {
 
 // Version returns redis_version from INFO server.
 func (s *Server) Version(ctx context.Context) (string, error) {
-	info, err := serverInfo(ctx, s.Addr())
+	info, err := s.probe.serverInfo(ctx, s.Addr())
 	if err != nil {
 		return "", fmt.Errorf("redisserver: version: %w", err)
 	}
