@@ -56,6 +56,7 @@ type guarded struct {
 	gen         uint64 // suspicions raised (see suspect)
 	sampledGen  uint64 // gen when the last sample that counted was sent
 	runID       string // "" until a sample got one
+	start       int64  // the latest this runID can have started, ns: the least of its samples' bounds
 	off         bool   // INFO refused or unreadable: never quarantined
 	quarantined bool   // as last reported
 	until       int64  // the until last reported, ns
@@ -197,13 +198,21 @@ func (c *Client) sample(ctx context.Context, i int) {
 	if m.runID != "" && runID != m.runID {
 		c.cfg.logger.Warn("redlock: master restarted", "master", c.addrs[i], "run_id", runID, "was", m.runID, "uptime", uptime)
 	}
-	m.runID = runID
+	// Redis counts uptime as the difference of two wall-clock seconds: it
+	// can read 1 a moment after the start. So the start is at most a second
+	// later than uptime says; every sample bounds it, and the least bound
+	// holds for the run_id.
+	start := now - int64(uptime) + int64(time.Second)
+	if runID == m.runID {
+		start = min(start, m.start)
+	}
+	m.runID, m.start = runID, start
 	if m.gen != gen {
 		// A suspicion came after this sample was sent: sample again.
 		signal(c.guard.kick)
 		return
 	}
-	m.restarted.Store(now - int64(uptime))
+	m.restarted.Store(start)
 	m.sampledGen = gen
 	c.reviewLocked(i, now)
 }
@@ -249,8 +258,7 @@ func (c *Client) reviewLocked(i int, now int64) {
 }
 
 // parseServerInfo reads run_id and uptime_in_seconds from INFO server's
-// reply. uptime_in_seconds is rounded down, so the start it gives is the
-// latest the master can have started.
+// reply.
 func parseServerInfo(s string) (runID string, uptime time.Duration, ok bool) {
 	var haveUp bool
 	for line := range strings.Lines(s) {

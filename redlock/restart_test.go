@@ -55,7 +55,8 @@ func (q *quarantineLog) counts() (out, restored int) {
 var _ QuarantineObserver = (*quarantineLog)(nil)
 
 // agedServers starts n servers and waits until each reports an uptime of at
-// least age: a fresh server is quarantined by any TTL above its uptime.
+// least age: a server is quarantined by any TTL above its uptime less a
+// second (Redis's uptime can read a second more than it is).
 func agedServers(t *testing.T, n int, age time.Duration, opt redisserver.Options) ([]*redisserver.Server, []Master) {
 	t.Helper()
 	servers := redistest.StartN(t, n, opt)
@@ -97,7 +98,7 @@ func TestRestartGuardQuarantinesRestartedMasters(t *testing.T) {
 		interval = 50 * time.Millisecond
 		ttl      = 1500 * time.Millisecond
 	)
-	servers, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
+	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
 	var logs syncBuffer
 	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs),
@@ -156,7 +157,7 @@ func TestRestartGuardQuarantinesRestartedMasters(t *testing.T) {
 
 func TestRestartGuardLongUptimeNeverQuarantined(t *testing.T) {
 	const interval = 50 * time.Millisecond
-	_, masters := agedServers(t, 3, time.Second, redisserver.Options{})
+	_, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
 	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
 	t.Cleanup(func() { _ = c.Close() })
@@ -180,7 +181,7 @@ func TestRestartGuardMasterDownAtFirstSample(t *testing.T) {
 		interval = 50 * time.Millisecond
 		ttl      = 1500 * time.Millisecond
 	)
-	servers, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
+	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	require.NoError(t, servers[2].Kill())
 	obs := newQuarantineLog()
 	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
@@ -252,7 +253,7 @@ func guardGoroutines() int {
 
 // The guard costs the acquire path no allocation: cached state only.
 func TestRestartGuardAllocs(t *testing.T) {
-	servers, _ := agedServers(t, 5, time.Second, redisserver.Options{})
+	servers, _ := agedServers(t, 5, 2*time.Second, redisserver.Options{})
 	client := func(opts ...Option) *Client {
 		masters := make([]Master, len(servers))
 		for i, s := range servers {
