@@ -182,7 +182,8 @@ func (c *Client) sample(ctx context.Context, i int) {
 	if err == nil {
 		runID, uptime, ok = parseServerInfo(cmd.Val())
 	}
-	if err != nil && !isErrorReply(err) {
+	if err != nil && !refused(err) {
+		// No reply, or a passing error (LOADING, BUSY): a later sample decides.
 		return
 	}
 	m.mu.Lock()
@@ -215,6 +216,16 @@ func (c *Client) sample(ctx context.Context, i int) {
 	m.restarted.Store(start)
 	m.sampledGen = gen
 	c.reviewLocked(i, now)
+}
+
+// refused reports an error reply that says INFO will never be answered:
+// not permitted (ACL) or not known (renamed away).
+func refused(err error) bool {
+	if !isErrorReply(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command")
 }
 
 // review reports master i's change of state, if any.

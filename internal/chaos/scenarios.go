@@ -117,7 +117,7 @@ func Names() []string {
 func About() string {
 	var b strings.Builder
 	for _, sc := range scenarios {
-		fmt.Fprintf(&b, "  %-24s %s\n", sc.name, sc.about)
+		fmt.Fprintf(&b, "  %-31s %s\n", sc.name, sc.about)
 	}
 	return b.String()
 }
