@@ -62,15 +62,18 @@ type Client struct {
 	quorum  int
 	group   quorum.Group // every round: all masters, a majority, the node timeout
 	cfg     config
-	push    pusher // subscriptions for waiters, made at the first wait
-	cluster bool   // some master is a *redis.ClusterClient: LockAll needs one hash tag
+	push    pusher        // subscriptions for waiters, made at the first wait
+	cluster bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
+	guard   *restartGuard // nil without WithRestartGuard
 }
 
 // New returns a client over masters, the Redis clients the caller already
 // holds, one per independent master. One master is the single-instance
 // mode, with the same API. Invalid options, no masters, a nil master, a
 // *redis.Ring or the same master twice (the same client, or two clients of
-// one host:port) give [ErrInvalidArgument]. New does no I/O.
+// one host:port) give [ErrInvalidArgument]. New does no I/O, except that
+// [WithRestartGuard] starts its watcher, which samples the masters at once
+// in the background; [Client.Close] stops it.
 func New(masters []Master, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {
@@ -124,6 +127,10 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 	}
 	if err := c.checkFenceNode(); err != nil {
 		return nil, err
+	}
+	if cfg.guardInterval > 0 {
+		c.guard = newRestartGuard(cfg.guardInterval, len(masters))
+		c.startGuard()
 	}
 	return c, nil
 }
@@ -300,6 +307,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 	}
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
+	c.issued(ttl) // before the round: this TTL is one a restarted master may have lost
 	// One argument list serves every master: go-redis only reads it.
 	var args []any
 	if len(l.keys) == 1 {
@@ -323,6 +331,9 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 		if q != nil {
 			won, err := c.fairCall(ctx, i, q, rep, l.token, ttl.Milliseconds())
 			c.exit(i, probe, err)
+			if won && c.quarantined(i) {
+				return false, errQuarantined
+			}
 			return won, err
 		}
 		var err error
@@ -333,6 +344,10 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 		}
 		c.exit(i, probe, err)
 		switch {
+		case err == nil && c.quarantined(i):
+			// The key is set there (so the master knows the holder, and the
+			// release reaches it) but the vote is not counted.
+			return false, errQuarantined
 		case err == nil: // OK: the key was absent and is now ours
 			return true, nil
 		case errors.Is(err, redis.Nil): // held by another token, or a key of another type
@@ -405,7 +420,9 @@ func (c *Client) enter(i int) (ok, probe bool) {
 }
 
 func (c *Client) exit(i int, probe bool, err error) {
-	c.health[i].exit(c.nanos(), probe, replied(err))
+	if c.health[i].exit(c.nanos(), probe, replied(err)) && c.guard != nil {
+		c.suspect(i)
+	}
 }
 
 // isWrongType reports a key of another type than string under the lock's

@@ -41,7 +41,8 @@
 //   - A restart without persistence. A master that restarts empty forgets our
 //     key, and with it can hand a majority to a second client. Run masters
 //     with appendonly yes and appendfsync always, or keep a restarted master
-//     out of service for one maximum TTL. A failover to an asynchronous
+//     out of service for one maximum TTL ([WithRestartGuard] does that in the
+//     client: a master that restarted does not count until then). A failover to an asynchronous
 //     replica (Sentinel, Cluster) can lose our key the same way. A
 //     *redis.Ring is refused: it moves keys between shards.
 //   - A network that delays a request beyond the node timeout: the SET may be

@@ -364,6 +364,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
+	c.issued(ttl)
 	ms := ttl.Milliseconds()
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {

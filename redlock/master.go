@@ -72,11 +72,12 @@ func (h *health) enter(now, timeout int64) (ok, probe bool) {
 
 // exit is called when the call returns; replied says whether the master
 // itself answered (a reply or an error reply, not a network error or a
-// timeout).
-func (h *health) exit(now int64, probe, replied bool) {
+// timeout). back reports the first reply after calls that got none: the
+// master may have restarted in between.
+func (h *health) exit(now int64, probe, replied bool) (back bool) {
 	if replied {
 		h.lastReply.Store(now)
-		h.failedLast.Store(false)
+		back = h.failedLast.Swap(false)
 	} else if !h.failedLast.Swap(true) {
 		h.failing.Store(now)
 	}
@@ -84,6 +85,7 @@ func (h *health) exit(now int64, probe, replied bool) {
 	if probe {
 		h.probing.Store(false)
 	}
+	return back
 }
 
 // replied reports whether err (a call's outcome) came from the server: no

@@ -35,7 +35,8 @@ type config struct {
 	observer      Observer
 	fairTTL       time.Duration // 0: waiters are not queued
 	strict        bool
-	gate          *strictGate // one per client, whatever options it shares
+	gate          *strictGate   // one per client, whatever options it shares
+	guardInterval time.Duration // 0: no restart guard
 }
 
 func defaults() config {
@@ -126,6 +127,20 @@ func WithStrictCheck() Option {
 	return func(c *config) { c.strict = true }
 }
 
+// WithRestartGuard makes the client watch each master's run_id and uptime
+// (INFO server) every interval, and again when a master answers after
+// failed calls. A master that started less than the longest TTL this
+// client has issued ago does not count toward a quorum until that long has
+// passed since its start: it gets the SET and every release, but its vote
+// is not counted. This is the spec's delayed restart, enforced by the
+// client. A master whose INFO is refused is never quarantined (logged once
+// at Warn). The acquire path reads cached state only. 0, the default, turns
+// it off; otherwise interval must be at least the node timeout. See
+// docs/design.md, "Restart guard", for what it cannot see.
+func WithRestartGuard(interval time.Duration) Option {
+	return func(c *config) { c.guardInterval = interval }
+}
+
 // WithLogger sets where the client logs: a renewal that ended a lock and a
 // fence counter that went backwards at Error, failed cleanups and masters in
 // trouble at Warn, attempts at Debug. The default discards.
@@ -155,6 +170,8 @@ func (c *config) validate() error {
 		return invalid("nil fence minter")
 	case c.fairTTL < 0 || (c.fairTTL > 0 && c.fairTTL < 4*c.nodeTimeout):
 		return invalid("fair entry TTL %v is neither 0 nor at least 4 node timeouts (%v)", c.fairTTL, 4*c.nodeTimeout)
+	case c.guardInterval < 0 || (c.guardInterval > 0 && c.guardInterval < c.nodeTimeout):
+		return invalid("restart guard interval %v is neither 0 nor at least the node timeout (%v)", c.guardInterval, c.nodeTimeout)
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
 	case nilcheck.Is(c.observer):

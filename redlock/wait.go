@@ -143,8 +143,10 @@ func (c *Client) startSubscribers() {
 // Close stops the client's subscriptions: their connections are closed and
 // their goroutines have returned when it returns. The client still locks
 // afterwards; a Lock that waits then retries on its timer alone. Close is
-// idempotent and does not release locks. It returns nil.
+// idempotent and does not release locks. It returns nil. It also stops the
+// watcher of [WithRestartGuard]; afterwards the guard counts every master.
 func (c *Client) Close() error {
+	c.stopGuard()
 	p := &c.push
 	p.mu.Lock()
 	if p.closed {

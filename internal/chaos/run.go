@@ -93,8 +93,9 @@ func (c *Config) defaults() error {
 // worst run's.
 type Row struct {
 	Scenario            string  `json:"scenario"`
-	Variant             string  `json:"variant"` // how the fault was made, where there is a choice
-	Store               string  `json:"store"`   // memory or postgres
+	Variant             string  `json:"variant"`       // how the fault was made, where there is a choice
+	RestartGuard        bool    `json:"restart_guard"` // the workers' clients ran redlock.WithRestartGuard
+	Store               string  `json:"store"`         // memory or postgres
 	Runs                int     `json:"runs"`
 	Acquisitions        int     `json:"acquisitions"`
 	LockOverlaps        int     `json:"lock_overlaps"`
@@ -142,7 +143,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		for i := range cfg.Runs {
 			res, err := runOnce(ctx, cfg, sc)
 			if skip := (*skipError)(nil); errors.As(err, &skip) {
-				rows = append(rows, Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Store: cfg.store(), Skipped: skip.Error()})
+				rows = append(rows, Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), RestartGuard: sc.guard, Store: cfg.store(), Skipped: skip.Error()})
 				runs = nil
 				break
 			}
@@ -272,7 +273,7 @@ func (r result) recovery() time.Duration {
 
 // row sums the runs of sc and judges them.
 func (sc *scenario) row(cfg Config, runs []result) Row {
-	r := Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), Store: cfg.store(), Runs: len(runs), FaultInjected: true, Linearizable: "ok", RecoveryMs: 0}
+	r := Row{Scenario: sc.name, Variant: cmp.Or(sc.variant, "redis-server"), RestartGuard: sc.guard, Store: cfg.store(), Runs: len(runs), FaultInjected: true, Linearizable: "ok", RecoveryMs: 0}
 	var during, before, unavailable []time.Duration
 	for _, res := range runs {
 		c := res.counts

@@ -27,6 +27,7 @@ type scenario struct {
 
 	proxied     bool          // masters behind fault proxies
 	mustObserve bool          // the lock alone cannot hold here: an overlap or a stale write must be seen
+	guard       bool          // the workers' clients run redlock.WithRestartGuard
 	resources   int           // resources the workers compete for (default 2)
 	loops       int           // goroutines per worker (default 1)
 	workers     int           // worker processes (default Config.Workers)
@@ -82,6 +83,8 @@ func init() {
 			inject: mastersDown(0, 1, 2), judge: judgeMajorityDown},
 		{name: "restart-no-persistence", about: "a master holding a 3-of-5 lock restarts empty while contenders retry",
 			mustObserve: true, resources: 1, longHold: true, inject: restartNoPersistence},
+		{name: "restart-no-persistence-guarded", about: "restart-no-persistence with the clients' restart guard on: no overlap",
+			guard: true, resources: 1, longHold: true, inject: restartNoPersistence, judge: judgeGuarded},
 		{name: "counter-loss", about: "the fence counter restarts empty mid-run",
 			inject: counterLoss, judge: judgeCounterLoss},
 		{name: "master-clock-jump", variant: "redis-server+clockshim", about: "the clocks of 3 of 5 masters jump forward by a TTL while a holder is inside",
@@ -114,7 +117,7 @@ func Names() []string {
 func About() string {
 	var b strings.Builder
 	for _, sc := range scenarios {
-		fmt.Fprintf(&b, "  %-24s %s\n", sc.name, sc.about)
+		fmt.Fprintf(&b, "  %-31s %s\n", sc.name, sc.about)
 	}
 	return b.String()
 }
@@ -269,6 +272,14 @@ func restartNoPersistence(ctx context.Context, w *world) (fault, error) {
 	f.injected = err == nil && after != before
 	f.end = time.Now()
 	return f, err
+}
+
+// judgeGuarded: the restarted masters do not count until a TTL has passed since their
+// restart, so the contender finds no quorum while the holder is inside.
+func judgeGuarded(cfg Config, runs []result, r *Row, fail func(string, ...any)) {
+	if r.LockOverlaps != 0 {
+		fail("%d lock overlaps with the restart guard on", r.LockOverlaps)
+	}
 }
 
 // counterLoss kills the fence counter, keeps it down 300 ms (locks are refused: no fence),

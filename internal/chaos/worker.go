@@ -71,10 +71,15 @@ type workerConfig struct {
 	Resources   []string      `json:"resources"`
 	TTL         time.Duration `json:"ttl"`
 	NodeTimeout time.Duration `json:"node_timeout"`
-	Hold        time.Duration `json:"hold"`  // the critical section, between claim and write
-	Retry       time.Duration `json:"retry"` // the longest pause after a lost attempt (uniform in [0, Retry])
-	Loops       int           `json:"loops"` // goroutines taking locks, each one at a time
+	Hold        time.Duration `json:"hold"`          // the critical section, between claim and write
+	Retry       time.Duration `json:"retry"`         // the longest pause after a lost attempt (uniform in [0, Retry])
+	Loops       int           `json:"loops"`         // goroutines taking locks, each one at a time
+	Guard       bool          `json:"restart_guard"` // redlock.WithRestartGuard, every guardInterval
 }
+
+// guardInterval is how often a guarded worker's client samples the masters: a small part of
+// the TTL, so that a restarted master is out long before a TTL has passed.
+const guardInterval = 100 * time.Millisecond
 
 // event is one line a worker writes to its stdout. Kind says which fields are set.
 type event struct {
@@ -142,10 +147,15 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 		return err
 	}
 	logger := slog.New(slog.DiscardHandler)
-	client, err := redlock.New(masters, redlock.WithNodeTimeout(cfg.NodeTimeout), redlock.WithFence(counter), redlock.WithLogger(logger))
+	opts := []redlock.Option{redlock.WithNodeTimeout(cfg.NodeTimeout), redlock.WithFence(counter), redlock.WithLogger(logger)}
+	if cfg.Guard {
+		opts = append(opts, redlock.WithRestartGuard(max(guardInterval, cfg.NodeTimeout)))
+	}
+	client, err := redlock.New(masters, opts...)
 	if err != nil {
 		return err
 	}
+	defer client.Close()
 	b, err := dialStore(ctx, cfg)
 	if err != nil {
 		return err

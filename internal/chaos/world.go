@@ -171,7 +171,7 @@ func (w *world) startWorker(id int) error {
 	cfg := workerConfig{
 		ID: id, Masters: w.masters, Direct: w.direct, Counter: w.counter.Addr(),
 		Resources: resources(w.size.resources), TTL: w.size.ttl, NodeTimeout: w.cfg.NodeTimeout,
-		Hold: w.size.hold, Retry: w.cfg.Retry, Loops: w.size.loops,
+		Hold: w.size.hold, Retry: w.cfg.Retry, Loops: w.size.loops, Guard: w.sc.guard,
 	}
 	if w.store != nil {
 		cfg.Store = w.store.url

@@ -1,0 +1,350 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/redistest"
+)
+
+// quarantineLog records what a QuarantineObserver hears.
+type quarantineLog struct {
+	nopObserver
+	mu       sync.Mutex
+	out      map[string]time.Time
+	restored map[string]int
+}
+
+func newQuarantineLog() *quarantineLog {
+	return &quarantineLog{out: map[string]time.Time{}, restored: map[string]int{}}
+}
+
+func (q *quarantineLog) MasterQuarantined(addr string, until time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.out[addr] = until
+}
+
+func (q *quarantineLog) MasterRestored(addr string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.restored[addr]++
+}
+
+func (q *quarantineLog) counts() (out, restored int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, n := range q.restored {
+		restored += n
+	}
+	return len(q.out), restored
+}
+
+var _ QuarantineObserver = (*quarantineLog)(nil)
+
+// agedServers starts n servers and waits until each reports an uptime of at
+// least age: a server is quarantined by any TTL above its uptime less a
+// second (Redis's uptime can read a second more than it is).
+func agedServers(t *testing.T, n int, age time.Duration, opt redisserver.Options) ([]*redisserver.Server, []Master) {
+	t.Helper()
+	servers := redistest.StartN(t, n, opt)
+	masters := make([]Master, n)
+	for i, s := range servers {
+		masters[i] = newClient(t, s.Addr())
+	}
+	for _, s := range servers {
+		rc := redistest.Client(t, s.Addr())
+		require.Eventually(t, func() bool {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			_, up, ok := parseServerInfo(rc.Info(ctx, "server").Val())
+			return ok && up >= age
+		}, age+10*time.Second, 50*time.Millisecond)
+	}
+	return servers, masters
+}
+
+// sampled waits until the guard has read every master's run_id.
+func sampled(t *testing.T, c *Client) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i := range c.guard.masters {
+			m := &c.guard.masters[i]
+			m.mu.Lock()
+			id := m.runID
+			m.mu.Unlock()
+			if id == "" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the guard never sampled every master")
+}
+
+func TestRestartGuardQuarantinesRestartedMasters(t *testing.T) {
+	const (
+		interval = 50 * time.Millisecond
+		ttl      = 1500 * time.Millisecond
+	)
+	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
+	obs := newQuarantineLog()
+	var logs syncBuffer
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	t.Cleanup(func() { _ = c.Close() })
+	sampled(t, c)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	l, err := c.TryLock(ctx, resourceName(t), ttl)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+
+	for _, i := range []int{1, 2} {
+		require.NoError(t, servers[i].Kill())
+		require.NoError(t, servers[i].Restart(ctx))
+	}
+	restarted := time.Now()
+	// Within one interval (and room for a loaded machine) both are out.
+	require.Eventually(t, func() bool { n, _ := obs.counts(); return n == 2 }, 20*interval, 5*time.Millisecond,
+		"the restarted masters were not quarantined")
+	_, err = c.TryLock(ctx, resourceName(t), ttl)
+	require.ErrorIs(t, err, ErrQuorumUnavailable, "two of three masters restarted: no quorum")
+	var quarantined int
+	for _, me := range masterErrors(err) {
+		if errors.Is(me.Err, errQuarantined) {
+			quarantined++
+			assert.True(t, me.Addr == servers[1].Addr() || me.Addr == servers[2].Addr(), me.Addr)
+		}
+	}
+	assert.Equal(t, 2, quarantined, "%v", err)
+	obs.mu.Lock()
+	for _, i := range []int{1, 2} {
+		until, ok := obs.out[servers[i].Addr()]
+		if assert.True(t, ok) {
+			// At least the longest TTL after the restart, and not far beyond it
+			// (uptime is in whole seconds).
+			assert.WithinRange(t, until, restarted.Add(ttl-time.Second), restarted.Add(ttl+3*time.Second))
+		}
+	}
+	obs.mu.Unlock()
+	assert.Contains(t, logs.String(), "level=WARN msg=\"redlock: master restarted less than the longest TTL ago")
+	assert.Contains(t, logs.String(), servers[1].Addr())
+
+	// Counted again once the longest TTL has passed since the restart.
+	var l2 *Lock
+	require.Eventually(t, func() bool {
+		l2, err = c.TryLock(ctx, resourceName(t), ttl)
+		return err == nil
+	}, ttl+5*time.Second, 20*time.Millisecond, "the restarted masters never counted again: %v", err)
+	assert.GreaterOrEqual(t, time.Since(restarted), ttl-time.Second)
+	require.NoError(t, l2.Unlock(ctx))
+	require.Eventually(t, func() bool { _, n := obs.counts(); return n == 2 }, 20*interval, 5*time.Millisecond)
+	assert.Contains(t, logs.String(), "level=INFO msg=\"redlock: master counts toward a quorum again\"")
+}
+
+func TestRestartGuardLongUptimeNeverQuarantined(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	_, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
+	obs := newQuarantineLog()
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
+	t.Cleanup(func() { _ = c.Close() })
+	sampled(t, c)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Ten intervals of locks with a TTL below every master's uptime.
+	for end := time.Now().Add(10 * interval); time.Now().Before(end); {
+		l, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	n, _ := obs.counts()
+	assert.Zero(t, n)
+}
+
+// A master that was down when the client started has no run_id to compare:
+// when it comes back, its uptime decides.
+func TestRestartGuardMasterDownAtFirstSample(t *testing.T) {
+	const (
+		interval = 50 * time.Millisecond
+		ttl      = 1500 * time.Millisecond
+	)
+	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
+	require.NoError(t, servers[2].Kill())
+	obs := newQuarantineLog()
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l, err := c.TryLock(ctx, resourceName(t), ttl) // two of three answer
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, servers[2].Restart(ctx))
+	require.Eventually(t, func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		_, ok := obs.out[servers[2].Addr()]
+		return ok
+	}, 20*interval, 5*time.Millisecond, "the master that came back young was not quarantined")
+	n, _ := obs.counts()
+	assert.Equal(t, 1, n, "only the restarted master is out")
+}
+
+// A master that refuses INFO (managed Redis) is never quarantined, even
+// young; the guard says so once.
+func TestRestartGuardWithoutInfo(t *testing.T) {
+	s := redistest.Start(t, redisserver.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, redistest.Client(t, s.Addr()).Do(ctx, "acl", "setuser", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
+	m := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "noinfo", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { _ = m.Close() })
+	obs := newQuarantineLog()
+	var logs syncBuffer
+	c := newTestClient(t, []Master{m}, WithRestartGuard(50*time.Millisecond), WithObserver(obs),
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	t.Cleanup(func() { _ = c.Close() })
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read INFO") }, 10*time.Second, 10*time.Millisecond)
+	for range 5 {
+		l, err := c.TryLock(ctx, resourceName(t), 5*time.Second) // far above the uptime
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Equal(t, 1, strings.Count(logs.String(), "cannot read INFO"), logs.String())
+	n, _ := obs.counts()
+	assert.Zero(t, n)
+}
+
+func TestRestartGuardCloseStopsWatcher(t *testing.T) {
+	_, masters := agedServers(t, 3, 0, redisserver.Options{})
+	c := newTestClient(t, masters, WithRestartGuard(50*time.Millisecond))
+	sampled(t, c)
+	require.Positive(t, guardGoroutines(), "the watcher is not running")
+	require.NoError(t, c.Close())
+	assert.Zero(t, guardGoroutines(), "a goroutine of the guard outlived Close")
+	require.NoError(t, c.Close(), "Close is idempotent")
+}
+
+// guardGoroutines counts the goroutines running the guard's code.
+func guardGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "redlock.(*Client).watch") || strings.Contains(g, "redlock.(*Client).sample") {
+			n++
+		}
+	}
+	return n
+}
+
+// The guard costs the acquire path no allocation: cached state only.
+func TestRestartGuardAllocs(t *testing.T) {
+	servers, _ := agedServers(t, 5, 2*time.Second, redisserver.Options{})
+	client := func(opts ...Option) *Client {
+		masters := make([]Master, len(servers))
+		for i, s := range servers {
+			masters[i] = redistest.Client(t, s.Addr())
+		}
+		c := newTestClient(t, masters, opts...)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	off := client()
+	// An interval long enough that no sample runs while allocations are counted.
+	on := client(WithRestartGuard(time.Hour))
+	sampled(t, on)
+	measure := func(c *Client) float64 {
+		ctx := context.Background()
+		// As in BenchmarkLockUnlock: Unlock releases the minority in the
+		// background, so the next TryLock takes another resource.
+		resources := make([]string, 64)
+		for i := range resources {
+			resources[i] = resourceName(t)
+		}
+		n := 0
+		cycle := func() {
+			l, err := c.TryLock(ctx, resources[n%len(resources)], 500*time.Millisecond) // below the uptime
+			n++
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 100 {
+			cycle() // warm the pools
+		}
+		return testing.AllocsPerRun(300, cycle)
+	}
+	// Alternated, so that a drift of the machine hits both.
+	var a, b float64
+	for range 2 {
+		a += measure(off)
+		b += measure(on)
+	}
+	a, b = a/2, b/2
+	t.Logf("allocs per 5-master cycle: guard off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
+	assert.LessOrEqual(t, b, a+2, "the guard allocates on the acquire path")
+	if !raceEnabled() {
+		// The race detector adds allocations of its own.
+		assert.LessOrEqual(t, b, 110.0)
+	}
+}
+
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+func TestWithRestartGuardValidates(t *testing.T) {
+	_, masters := miniMasters(t, 1)
+	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
+		_, err := New(masters, WithRestartGuard(d))
+		assert.ErrorIs(t, err, ErrInvalidArgument, "%v", d)
+	}
+}
+
+func TestParseServerInfo(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		id     string
+		uptime time.Duration
+		ok     bool
+	}{
+		{"# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n", "abc", 42 * time.Second, true},
+		{"run_id:abc\r\n", "", 0, false},
+		{"uptime_in_seconds:3\r\n", "", 3 * time.Second, false},
+		{"run_id:abc\r\nuptime_in_seconds:-1\r\n", "", 0, false},
+		{"", "", 0, false},
+	} {
+		id, up, ok := parseServerInfo(tc.in)
+		assert.Equal(t, tc.ok, ok, tc.in)
+		if tc.ok {
+			assert.Equal(t, tc.id, id)
+			assert.Equal(t, tc.uptime, up)
+		}
+	}
+}
