@@ -362,7 +362,7 @@ func TestFence(t *testing.T) {
 		servers, masters := miniMasters(t, 3)
 		res := resourceName(t)
 		m := &countingMinter{delay: time.Second}
-		c := newTestClient(t, masters, WithFence(m), WithNodeTimeout(10*time.Millisecond))
+		c := newTestClient(t, masters, WithFence(m), WithNodeTimeout(50*time.Millisecond))
 		start := time.Now()
 		l, err := c.TryLock(ctx, res, 100*time.Millisecond)
 		assert.Nil(t, l)
