@@ -299,9 +299,14 @@ func TestRestartGuardAllocs(t *testing.T) {
 	}
 	a, b = a/2, b/2
 	t.Logf("allocs per 5-master cycle: guard off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
-	assert.LessOrEqual(t, b, a+2, "the guard allocates on the acquire path")
+	// The race detector adds allocations of its own, a few per cycle and not
+	// the same in every run (108.5 against 106 once, with nothing changed).
+	margin := 2.0
+	if raceEnabled() {
+		margin = 5
+	}
+	assert.LessOrEqual(t, b, a+margin, "the guard allocates on the acquire path")
 	if !raceEnabled() {
-		// The race detector adds allocations of its own.
 		assert.LessOrEqual(t, b, 110.0)
 	}
 }
