@@ -140,12 +140,16 @@ func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rul
 		return c.within(ctx, func(ctx context.Context) error { return process(ctx, node, cmd) })
 	}
 	info := redis.NewStringCmd(ctx, "info")
+	var reach []Finding
 	if err := run(info); err == nil {
 		for line := range strings.Lines(info.Val()) {
 			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 				s[k] = v
 			}
 		}
+	} else if unreachable(err) {
+		reach = []Finding{{Setting: "reachable", Source: "server", Value: "no", Status: Warning,
+			Why: "did not answer INFO (" + err.Error() + "): its settings are unknown, and it cannot vote while this lasts"}}
 	}
 	// INFO shows these under other names; CONFIG is the authority when it
 	// answers, and the only source for the rest.
@@ -169,7 +173,28 @@ func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rul
 			s[p] = v
 		}
 	}
-	return NodeReport{Node: name, Addr: addr, Findings: append(rules(s), clientFindings(node)...)}
+	return NodeReport{Node: name, Addr: addr, Findings: append(append(reach, rules(s)...), clientFindings(node)...)}
+}
+
+// unreachable reports an error that means the node could not be asked at
+// all: no reply, or a refused login. Other error replies (INFO renamed or
+// refused by an ACL) only leave settings unknown.
+func unreachable(err error) bool {
+	if !isErrorReply(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
+}
+
+// Reachable reports whether n's node answered Check's INFO.
+func (n NodeReport) Reachable() bool {
+	for _, f := range n.Findings {
+		if f.Setting == "reachable" {
+			return false
+		}
+	}
+	return true
 }
 
 // process sends cmd through whichever method node has: a [Master]'s

@@ -138,8 +138,10 @@ func TestCheckReplicaIsAProblem(t *testing.T) {
 	require.ErrorIs(t, rep.Err(), ErrUnsafeConfig)
 }
 
-// TestCheckUnreachable: a master that is down is unknown, not an error, and
-// Check still returns within its bounds.
+// TestCheckUnreachable: a master that is down has its settings unknown and
+// a reachable warning, not an error (nor a Problem, which would stop a
+// strict client from locking on the masters that are up), and Check still
+// returns within its bounds.
 func TestCheckUnreachable(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -149,10 +151,16 @@ func TestCheckUnreachable(t *testing.T) {
 	_, up := startMaster(t)
 	rep := checkOf(t, []Master{up, newClient(t, addr)})
 	for setting, st := range statuses(rep.Masters[1]) {
-		if setting != "ContextTimeoutEnabled" && setting != "PoolSize" && setting != "MaxRetries" {
+		switch setting {
+		case "ContextTimeoutEnabled", "PoolSize", "MaxRetries":
+		case "reachable":
+			assert.Equal(t, Warning, st, setting)
+		default:
 			assert.Equal(t, Unknown, st, setting)
 		}
 	}
+	assert.False(t, rep.Masters[1].Reachable())
+	assert.True(t, rep.Masters[0].Reachable())
 	assert.Equal(t, OK, statuses(rep.Masters[0])["role"])
 	assert.NoError(t, rep.Err())
 	assert.False(t, complete(rep))

@@ -7,20 +7,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/backend"
 	"quorumlock.dev/internal/benchrun"
 	"quorumlock.dev/redlock"
 )
 
 // checkInvocation is a parsed `redlock-bench check` command line.
 type checkInvocation struct {
-	addrs       []string
-	fenceAddr   string
+	masters     []*redis.Options
+	fence       *redis.Options // nil without -fence-addr
 	format      string
 	nodeTimeout time.Duration
 }
@@ -29,9 +31,11 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 	fs := flag.NewFlagSet("redlock-bench check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	inv := &checkInvocation{}
-	var addrs string
-	fs.StringVar(&addrs, "addrs", "", "the masters, host:port,... (required; nothing is written to them)")
-	fs.StringVar(&inv.fenceAddr, "fence-addr", "", "the fence counter node, host:port (judged by the counter's stricter rules)")
+	var addrs, fenceAddr, passwordEnv, tlsCA string
+	fs.StringVar(&addrs, "addrs", "", "the masters, comma-separated, each host:port or redis://[user@]host:port[/db] (rediss:// for TLS) (required; nothing is written to them)")
+	fs.StringVar(&fenceAddr, "fence-addr", "", "the fence counter node, as in -addrs (judged by the counter's stricter rules)")
+	fs.StringVar(&passwordEnv, "password-env", "", "the environment variable holding the password of every server whose URL has none (e.g. REDISCLI_AUTH); keeps it out of the command line")
+	fs.StringVar(&tlsCA, "tls-ca", "", "with rediss:// addresses: PEM file of the CAs their certificates must chain to (default: the system's)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
 	fs.DurationVar(&inv.nodeTimeout, "node-timeout", time.Second, "bound of each call to a node")
 	fs.Usage = func() {
@@ -47,8 +51,21 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 	if fs.NArg() > 0 {
 		return nil, usage(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	if inv.addrs = splitList(addrs); len(inv.addrs) == 0 {
+	list := splitList(addrs)
+	if len(list) == 0 {
 		return nil, usage(fs, "-addrs is required")
+	}
+	var password string
+	if passwordEnv != "" {
+		pw, ok := os.LookupEnv(passwordEnv)
+		if !ok || pw == "" {
+			return nil, usage(fs, "-password-env %s: the variable is not set", passwordEnv)
+		}
+		password = pw
+	}
+	var err error
+	if inv.masters, inv.fence, err = backend.ServerOptions(list, fenceAddr, password, tlsCA); err != nil {
+		return nil, usage(fs, "%s", oneLine(err))
 	}
 	if inv.format != "text" && inv.format != "json" {
 		return nil, usage(fs, "-o %q: want text or json", inv.format)
@@ -60,8 +77,9 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 }
 
 // runCheck is `redlock-bench check`: exit 0 when no setting is a problem
-// (warnings and unknowns included), 1 on a problem or a failure, 2 on bad
-// flags or addresses New refuses.
+// (warnings and unknowns included), 1 on a problem, a node that could not
+// be reached (no reply, a refused login) or a failure, 2 on bad flags or
+// addresses New refuses.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	inv, err := parseCheck(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -85,6 +103,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if rep.Worst() == redlock.Problem {
 		return exitError
 	}
+	for _, n := range append(rep.Masters[:len(rep.Masters):len(rep.Masters)], deref(rep.Fence)...) {
+		if !n.Reachable() {
+			return exitError // an operator asked about a node we could not ask
+		}
+	}
 	return exitOK
 }
 
@@ -95,19 +118,19 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 			_ = c.Close()
 		}
 	}()
-	dial := func(addr string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true,
-			DialTimeout: inv.nodeTimeout, PoolSize: 2})
+	dial := func(o *redis.Options) *redis.Client {
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DialTimeout, o.PoolSize = -1, true, inv.nodeTimeout, 2
+		c := redis.NewClient(o)
 		clients = append(clients, c)
 		return c
 	}
-	masters := make([]redlock.Master, len(inv.addrs))
-	for i, a := range inv.addrs {
-		masters[i] = dial(a)
+	masters := make([]redlock.Master, len(inv.masters))
+	for i, o := range inv.masters {
+		masters[i] = dial(o)
 	}
 	opts := []redlock.Option{redlock.WithNodeTimeout(inv.nodeTimeout)}
-	if inv.fenceAddr != "" {
-		counter, err := fence.NewRedisCounter(dial(inv.fenceAddr))
+	if inv.fence != nil {
+		counter, err := fence.NewRedisCounter(dial(inv.fence))
 		if err != nil {
 			return redlock.Report{}, err
 		}
@@ -131,6 +154,13 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 		rep.Fence = &f
 	}
 	return rep, nil
+}
+
+func deref(n *redlock.NodeReport) []redlock.NodeReport {
+	if n == nil {
+		return nil
+	}
+	return []redlock.NodeReport{*n}
 }
 
 func serverOnly(n redlock.NodeReport) redlock.NodeReport {

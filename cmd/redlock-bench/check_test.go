@@ -88,3 +88,38 @@ func TestCheckCommand(t *testing.T) {
 		assert.Contains(t, errOut, "fence counter")
 	})
 }
+
+// TestCheckTLSAndPassword: check reaches servers as they are run, TLS with
+// an ACL user whose password comes from the environment or the URL, and
+// prints no secret, whatever the outcome.
+func TestCheckTLSAndPassword(t *testing.T) {
+	servers, ca := tlsServers(t, 2)
+	t.Setenv("BENCH_TEST_REDIS_PASSWORD", tlsPassword)
+	addrs := "rediss://bench@" + servers[0].Addr() + ",rediss://bench:" + tlsPassword + "@" + servers[1].Addr()
+
+	code, out, errOut := runCmd(t, "check", "-addrs", addrs, "-tls-ca", ca, "-password-env", "BENCH_TEST_REDIS_PASSWORD", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	assertNoSecret(t, out, errOut, tlsPassword)
+	var rep checkJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Masters, 2)
+	for i, n := range rep.Masters {
+		assert.Equal(t, servers[i].Addr(), n.Addr)
+		var version string
+		for _, f := range n.Findings {
+			if f.Setting == "redis_version" {
+				version = f.Value
+			}
+		}
+		assert.Regexp(t, `^[0-9]`, version, "the report of master %d was not read over TLS", i)
+	}
+
+	t.Setenv("BENCH_TEST_REDIS_PASSWORD", wrongPassword)
+	code, out, errOut = runCmd(t, "check", "-addrs", "rediss://bench@"+servers[0].Addr(), "-tls-ca", ca, "-password-env", "BENCH_TEST_REDIS_PASSWORD")
+	assert.Equal(t, exitError, code, "a wrong password is a failure: %s", out)
+	assertNoSecret(t, out, errOut, tlsPassword, wrongPassword)
+
+	code, _, errOut = runCmd(t, "check", "-addrs", servers[0].Addr(), "-tls-ca", ca)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "no address is rediss://")
+}

@@ -149,3 +149,45 @@ func scrubError(err error, secrets []string) error {
 	}
 	return err
 }
+
+// ServerOptions reads the servers of a command that talks to them directly (redlock-bench
+// check): masters and, when fenceAddr is not empty, the fence counter, each a host:port or a
+// redis:// or rediss:// URL. password applies to a URL without one; caFile, when not empty,
+// holds the CAs a rediss:// server must chain to. Errors wrap ErrConfig and carry no password.
+func ServerOptions(masters []string, fenceAddr, password, caFile string) ([]*redis.Options, *redis.Options, error) {
+	var roots *x509.CertPool
+	if caFile != "" {
+		var err error
+		if roots, err = loadRoots(caFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	tls := false
+	parse := func(role, addr string) (*redis.Options, error) {
+		s, err := parseServer(role, addr, password, roots)
+		if err != nil {
+			return nil, err
+		}
+		tls = tls || s.opts.TLSConfig != nil
+		return s.opts, nil
+	}
+	out := make([]*redis.Options, len(masters))
+	for i, a := range masters {
+		o, err := parse("master", a)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = o
+	}
+	var fence *redis.Options
+	if fenceAddr != "" {
+		var err error
+		if fence, err = parse("fence", fenceAddr); err != nil {
+			return nil, nil, err
+		}
+	}
+	if roots != nil && !tls {
+		return nil, nil, fmt.Errorf("%w: a TLS CA file is given but no address is rediss://", ErrConfig)
+	}
+	return out, fence, nil
+}
