@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -65,6 +66,8 @@ type Client struct {
 	push    pusher        // subscriptions for waiters, made at the first wait
 	cluster bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
 	guard   *restartGuard // nil without WithRestartGuard
+	local   locals        // fair waiters that a release may hand the lock to
+	handed  atomic.Uint64 // locks handed to a waiter of this client by its releases
 }
 
 // New returns a client over masters, the Redis clients the caller already
@@ -202,24 +205,70 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		q     *queued // fair: made at the first contended loss too
 		won   *quorum.Round
 	)
+	var took *Lock // the lock this call returns
 	defer func() {
 		if w != nil {
 			w.leave()
 		}
 		if q != nil {
+			c.unlist(ctx, q, took)
 			c.dequeue(ctx, q, won)
 		}
 	}()
+	var (
+		grant  <-chan *Lock // where a release of this client hands us the lock
+		handed *Lock        // one it handed us
+	)
+	if c.cfg.fairTTL > 0 && c.waitedOn("lock:"+resource) {
+		// Waiters of ours are queued: a plain SET NX would lose. Queue at
+		// once, behind them.
+		key := "lock:" + resource
+		w = c.join(key)
+		if q = c.enqueue(key, ttl, w); q != nil {
+			w.setID(q.id)
+		}
+	}
 	for n := 1; ; n++ {
+		if handed == nil && grant != nil {
+			select {
+			case handed = <-grant:
+			default:
+			}
+		}
 		if err := ctx.Err(); err != nil {
+			if handed != nil {
+				handed.abandonHanded(ctx)
+			}
 			return nil, errors.Join(ErrNotAcquired, err)
+		}
+		if handed != nil {
+			l, err := c.take(ctx, handed)
+			handed = nil
+			if err == nil {
+				took, won = l, l.round
+				if c.raced(q) {
+					won = nil // our entry may be back where the handoff removed it
+				}
+				return l, nil
+			}
+			if errors.Is(err, fence.ErrCounterRegressed) {
+				c.cfg.logger.Error("redlock: fence counter went backwards; not retrying", "resource", resource, "err", err)
+				return nil, err
+			}
 		}
 		if q != nil {
 			q.pushed = c.readyQueued(ctx, w)
+			c.attempting(q, true, nil)
 		}
 		l, round, err := c.attempt(ctx, resource, ttl, q)
+		if q != nil {
+			c.attempting(q, false, round)
+			// Our entry is on the masters now: a release may hand us the lock.
+			c.list(q)
+			grant = q.grant
+		}
 		if err == nil {
-			won = l.round
+			took, won = l, l.round
 			return l, nil
 		}
 		if errors.Is(err, fence.ErrCounterRegressed) {
@@ -241,7 +290,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			if w == nil {
 				w = c.join(key)
 				if c.cfg.fairTTL > 0 {
-					if q = c.enqueue(key); q != nil {
+					if q = c.enqueue(key, ttl, w); q != nil {
 						w.setID(q.id)
 						continue // the first queued attempt enqueues us
 					}
@@ -264,10 +313,24 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		select {
 		case <-timer.C:
 		case <-wake:
+		case handed = <-grant:
+			n-- // not an attempt
 		case <-ctx.Done():
 			return nil, errors.Join(err, ctx.Err())
 		}
 	}
+}
+
+// take makes a lock handed over by a release (see handoff.go) ours: its
+// fence is minted here, within its validity.
+func (c *Client) take(ctx context.Context, l *Lock) (*Lock, error) {
+	if c.cfg.minter != nil {
+		if err := c.mint(ctx, l, l.until); err != nil {
+			l.abandonHanded(ctx)
+			return nil, err
+		}
+	}
+	return l, nil
 }
 
 func (c *Client) check(resource string, ttl time.Duration) error {
@@ -320,6 +383,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 	if q != nil {
 		rep = &fairReplies{r: make([]holderReply, len(c.masters))}
 		q.last = rep
+		l.queued = true
 	}
 
 	start, boot := c.clock.now()

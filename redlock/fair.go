@@ -49,6 +49,9 @@ type queued struct {
 	ttlMS  int64    // the entry's TTL
 	pushed bool     // a release on a majority reaches us
 	last   *fairReplies
+
+	lockTTL time.Duration // the TTL of the lock it waits for, for a direct handoff
+	grantable
 }
 
 // fairReplies is what fair_lock.lua said on each master in one attempt.
@@ -93,19 +96,24 @@ func queueKeys(key string) (q, e string, ok bool) {
 	return "lockqu:{" + key + "}", "locktu:{" + key + "}", true
 }
 
-// enqueue makes the queued state of a Lock call on key, or nil when key
-// cannot have a queue.
-func (c *Client) enqueue(key string) *queued {
+// enqueue makes the queued state of a Lock call on key for ttl, woken by
+// w, or nil when key cannot have a queue.
+func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 	q, e, ok := queueKeys(key)
 	if !ok {
 		return nil
 	}
 	now := time.Now().UnixMicro()
 	return &queued{
-		id:    fmt.Sprintf("%014x%016x", now, rand.Uint64()),
-		stamp: strconv.FormatInt(now, 10),
-		keys:  []string{key, q, e},
-		ttlMS: c.cfg.fairTTL.Milliseconds(),
+		id:      fmt.Sprintf("%014x%016x", now, rand.Uint64()),
+		stamp:   strconv.FormatInt(now, 10),
+		keys:    []string{key, q, e},
+		ttlMS:   c.cfg.fairTTL.Milliseconds(),
+		lockTTL: ttl.Truncate(time.Millisecond),
+		grantable: grantable{
+			grant: make(chan *Lock, 1),
+			wake:  w.wake,
+		},
 	}
 }
 
@@ -169,26 +177,20 @@ func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time
 }
 
 // dequeue removes q's entry in the background, each master bounded by the
-// node timeout, on every master but those that agreed in won (the winning
-// round, whose script removed it; nil when q gave up). An entry that a
+// node timeout, on every master but those whose call in won (the winning
+// round, whose script removed it; nil when q gave up) returned agreed. An entry that a
 // late call adds again expires.
 func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
-	var skip []bool
-	if won != nil {
-		skip = make([]bool, len(c.masters))
-		all := true
-		for i := range c.masters {
-			skip[i] = won.Answer(i) == quorum.Agreed
-			all = all && skip[i]
-		}
-		if all {
-			return
-		}
+	if won != nil && won.Count(quorum.Agreed) == len(c.masters) {
+		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
-		if skip != nil && skip[i] {
-			return true, nil
+		if won != nil {
+			// Calls that won after their round ended removed the entry too.
+			if agreed, _, ok := won.Returned(i); ok && agreed {
+				return true, nil
+			}
 		}
 		ok, probe := c.enter(i)
 		if !ok {

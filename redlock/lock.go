@@ -33,6 +33,7 @@ type Lock struct {
 	multi    []string      // the resources of a lock on several (sorted), nil for one
 	fences   []uint64      // their fences, in the same order; nil for one resource
 	round    *quorum.Round // the acquiring round; releases wait for its calls
+	queued   bool          // round was a queued waiter's (fair_lock.lua)
 
 	op sync.Mutex // serialises Unlock and Extend
 
@@ -208,6 +209,11 @@ func (l *Lock) unlock(ctx context.Context) error {
 	l.unlocked = true
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
+	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
+		if q := l.c.pick(l.key); q != nil {
+			return l.handOff(ctx, q)
+		}
+	}
 
 	// A majority that confirmed settles Unlock: a slow master is then
 	// released in the background, not waited for.
@@ -292,7 +298,14 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 	}
 	detached := context.WithoutCancel(ctx)
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
-		if _, err := round.Result(i); err != nil {
+		agreed, err := round.Result(i)
+		if err == nil && !agreed && l.queued {
+			// fair_lock.lua refused: it set nothing, and a key of another
+			// type would have failed it.
+			out[i].state.Store(releasedNotOurs)
+			return
+		}
+		if err != nil {
 			if c.neverSent(i, err) {
 				// Nothing reached this master, so there is nothing to take back.
 				out[i].state.Store(releasedNotOurs)

@@ -480,3 +480,37 @@ func TestDoNoNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestReturned: a call that answers after its round was decided stays
+// Pending in the round, but Returned sees what it returned, and reports a
+// call still running as not returned.
+func TestReturned(t *testing.T) {
+	release := make(chan struct{})
+	r := Group{Nodes: 4, Need: 2, Timeout: 10 * time.Second}.Do(context.Background(), func(ctx context.Context, node int) (bool, error) {
+		switch node {
+		case 3:
+			<-release
+			return true, nil
+		case 2:
+			return false, fmt.Errorf("down")
+		}
+		return true, nil
+	})
+	require.Equal(t, Pending, r.Answer(3))
+	for node := range 2 {
+		agreed, err, ok := r.Returned(node)
+		assert.True(t, ok && agreed && err == nil, "node %d", node)
+	}
+	assert.Eventually(t, func() bool {
+		_, err, ok := r.Returned(2)
+		return ok && err != nil && err.Error() == "down"
+	}, 5*time.Second, time.Millisecond)
+	_, _, ok := r.Returned(3)
+	assert.False(t, ok, "a running call reported as returned")
+	close(release)
+	assert.Eventually(t, func() bool {
+		agreed, err, ok := r.Returned(3)
+		return ok && agreed && err == nil
+	}, 5*time.Second, time.Millisecond)
+	assert.Equal(t, Pending, r.Answer(3), "the round's answers changed after it ended")
+}

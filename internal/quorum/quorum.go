@@ -83,6 +83,17 @@ func (r *Round) Result(node int) (agreed bool, err error) {
 	return c.agreed, c.err
 }
 
+// Returned is what node's call returned, with ok false while it is still
+// running. Unlike [Round.Result] it may be called at any time: a call that
+// answered after the round ended is seen here, though its Answer stays
+// Pending.
+func (r *Round) Returned(node int) (agreed bool, err error, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := &r.nodes[node]
+	return n.call.agreed, n.call.err, n.returned
+}
+
 // Count is the number of nodes that gave answer a.
 func (r *Round) Count(a Answer) int {
 	switch a {

@@ -5,10 +5,18 @@
 -- it becomes the reservation 'q', which a plain SET NX cannot take and the queue's head can, and
 -- the message names the head as well ('<token>/<head>'), so that only the head wakes.
 -- The queue's keys are derived from the lock key as queueKeys in fair.go does, in its hash slot.
+-- A direct handoff (handoff.go) adds ARGV[2] the id of a queued waiter of the releaser's own client,
+-- ARGV[3] its new token, ARGV[4] its TTL in ms: when that waiter is the head, the key is set to its
+-- token at once and its entry removed, whether the key held our token or was free for the head
+-- (absent, or the reservation, as fair_lock.lua would take it); nothing is published, since the
+-- waiter is told in-process.
 -- KEYS the lock keys (one, or a lock's several resources), ARGV[1] token.
--- Returns 1 if every key held our token (and is now released), 0 otherwise.
+-- Returns 1 if every key held our token (and is now released), 2 if it held our token and was
+-- handed to ARGV[2], 3 if it was free and handed to ARGV[2], 0 otherwise.
 local function release(key)
-  if redis.call('GET', key) ~= ARGV[1] then
+  local v = redis.call('GET', key)
+  local ours = v == ARGV[1]
+  if not ours and not (ARGV[2] and (not v or v == 'q')) then
     return 0
   end
   local r = string.sub(key, 6)
@@ -29,12 +37,24 @@ local function release(key)
     end
     redis.call('ZREMRANGEBYSCORE', e, '-inf', now)
     local head = redis.call('ZRANGE', q, 0, 0)[1]
+    if head and head == ARGV[2] then
+      redis.call('SET', key, ARGV[3], 'PX', ARGV[4])
+      redis.call('ZREM', q, head)
+      redis.call('ZREM', e, head)
+      return ours and 2 or 3
+    end
+    if not ours then
+      return 0
+    end
     if head then
       local last = redis.call('ZRANGE', e, -1, -1, 'WITHSCORES')
       redis.call('SET', key, 'q', 'PX', math.max(1, tonumber(last[2]) - now))
       redis.call('PUBLISH', key, ARGV[1] .. '/' .. head)
       return 1
     end
+  end
+  if not ours then
+    return 0
   end
   redis.call('DEL', key)
   redis.call('PUBLISH', key, ARGV[1])
@@ -43,8 +63,11 @@ end
 
 local all = 1
 for _, key in ipairs(KEYS) do
-  if release(key) == 0 then
+  local r = release(key)
+  if r == 0 then
     all = 0
+  elseif r == 2 and all == 1 then
+    all = 2
   end
 end
 return all

@@ -1,0 +1,309 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"quorumlock.dev/internal/clockdrift"
+	"quorumlock.dev/internal/quorum"
+)
+
+// Direct handoff ([WithFairness]): when the head of a resource's queue is a
+// waiter of the same Client, Unlock hands the lock to it in its own round:
+// release.lua, given the waiter's id and a new token, sets the key to that
+// token on every master where the waiter is the head, instead of leaving
+// the reservation for the waiter to take in a round of its own. The waiter
+// is given a Lock over the masters that took the new token, with a lease
+// counted from the start of that round, like any acquisition. One round and
+// no message per handoff instead of two rounds and a published release.
+// Where the head is a waiter of another client, the key goes to the queue
+// as before. docs/design.md ("Fair handoff") says why it is safe.
+
+// errNotHanded is the call of a master that did not hold the releaser's
+// key when its handoff round began: it is released the usual way instead.
+var errNotHanded = errors.New("redlock: master not in the releaser's majority")
+
+// release.lua's replies in a handoff, besides 0 (not ours, not handed)
+// and 1 (released, not handed).
+const (
+	handedOver = 2 // our key, handed to the waiter
+	handedFree = 3 // a free key (absent, or the queue's reservation), handed to the waiter
+)
+
+// Who releases a master in a handoff: its round, or the plain release.
+const (
+	undecided = iota
+	byHandoff
+	byRelease
+)
+
+// locals are the queued waiters of a Client, by lock key, in queue order.
+type locals struct {
+	mu sync.Mutex
+	m  map[string][]*queued
+}
+
+// grantable is what a queued waiter tells a releaser of this client. Its
+// fields are guarded by the client's locals.mu.
+type grantable struct {
+	grant      chan *Lock    // cap 1: a lock handed to us
+	wake       chan struct{} // the waiter's: try again at once
+	listed     bool          // in locals.m
+	granting   bool          // a releaser picked us and has not finished
+	attempting bool          // an attempt of ours is running
+	attempts   uint64        // attempts started
+	pending    bool          // the last attempt left calls that outlived its round
+	// What a releaser saw when it picked us: an attempt of ours may have
+	// put our entry back after the handoff removed it.
+	pickAttempts   uint64
+	pickAttempting bool
+}
+
+// list makes q a waiter that releases of this client may hand the lock to;
+// unlist undoes it and frees a lock handed to q that it will not take.
+func (c *Client) list(q *queued) {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	if q.listed {
+		return
+	}
+	if c.local.m == nil {
+		c.local.m = make(map[string][]*queued)
+	}
+	key := q.keys[0]
+	ws := c.local.m[key]
+	at, _ := slices.BinarySearchFunc(ws, q, func(a, b *queued) int { return strings.Compare(a.id, b.id) })
+	c.local.m[key] = slices.Insert(ws, at, q)
+	q.listed = true
+}
+
+func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
+	c.local.mu.Lock()
+	if q.listed {
+		key := q.keys[0]
+		ws := slices.DeleteFunc(c.local.m[key], func(o *queued) bool { return o == q })
+		if len(ws) == 0 {
+			delete(c.local.m, key)
+		} else {
+			c.local.m[key] = ws
+		}
+		q.listed = false
+	}
+	var left *Lock
+	select {
+	case left = <-q.grant:
+	default:
+	}
+	c.local.mu.Unlock()
+	if left != nil && left != took {
+		left.abandonHanded(ctx)
+	}
+}
+
+// waitedOn reports whether waiters of this client are queued on key.
+func (c *Client) waitedOn(key string) bool {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	return len(c.local.m[key]) > 0
+}
+
+// attempting records that q starts an attempt (true) or finished one.
+func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
+	c.local.mu.Lock()
+	q.attempting = on
+	if on {
+		q.attempts++
+	} else {
+		q.pending = round != nil && round.Count(quorum.Pending) > 0
+	}
+	c.local.mu.Unlock()
+}
+
+// pick returns the first listed waiter on key that no releaser is handing
+// a lock to, marked as picked, or nil.
+func (c *Client) pick(key string) *queued {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	for _, q := range c.local.m[key] {
+		if !q.granting && len(q.grant) == 0 {
+			q.granting = true
+			q.pickAttempts, q.pickAttempting = q.attempts, q.attempting || q.pending
+			return q
+		}
+	}
+	return nil
+}
+
+// raced reports whether an attempt of q ran during the handoff it took:
+// its entry may then be back on masters that removed it.
+func (c *Client) raced(q *queued) bool {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	return q.pickAttempting || q.attempts != q.pickAttempts
+}
+
+// deliver ends a handoff to q: l, when not nil, is the lock it took.
+func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
+	c.local.mu.Lock()
+	q.granting = false
+	if l != nil && q.listed {
+		q.grant <- l // cap 1, and one handoff at a time
+		l = nil
+	}
+	c.local.mu.Unlock()
+	if l != nil {
+		l.abandonHanded(ctx)
+	}
+}
+
+// abandonHanded frees the keys of a handed lock nobody will hold, in the
+// background.
+func (l *Lock) abandonHanded(ctx context.Context) {
+	l.mu.Lock()
+	l.ended, l.cause = true, errUnlocked
+	l.mu.Unlock()
+	go l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
+}
+
+// handOff is Unlock when q, a waiter of this client, may take the lock:
+// one round of release.lua on the masters where l's acquiring call
+// returned (in its round or after it), which releases l and sets q's new
+// key where q is the head of the queue and the key held l's token or was
+// free for the head. The masters where l's call failed or is still running
+// get the plain release once it has returned, in the background. Unlock's
+// outcome counts the masters where l's token was released, handed or not.
+func (l *Lock) handOff(ctx context.Context, q *queued) error {
+	c := l.c
+	detached := context.WithoutCancel(ctx)
+	old := l.round
+	next := newLock(c, l.resource, newToken())
+	ttl := q.lockTTL
+	c.issued(ttl)
+	who := make([]atomic.Int32, len(c.masters))
+	// release.lua's reply + 1 per master; 0: none yet, -1: failed.
+	replies := make([]atomic.Int64, len(c.masters))
+	answered := make(chan struct{}, len(c.masters)) // one per call that returned
+	start, boot := c.clock.now()
+	round := c.group.Do(detached, func(ctx context.Context, i int) (bool, error) {
+		// A call of l's that failed or is still running may yet set l's
+		// key: that master gets the plain release, after the call.
+		if _, err, ok := old.Returned(i); !ok || err != nil || !who[i].CompareAndSwap(undecided, byHandoff) {
+			return false, errNotHanded
+		}
+		ok, probe := c.enter(i)
+		if !ok {
+			replies[i].Store(-1)
+			answered <- struct{}{}
+			return false, errStuck
+		}
+		n, err := releaseScript.Run(ctx, c.masters[i], l.keys, l.token, q.id, next.token, ttl.Milliseconds()).Int64()
+		c.exit(i, probe, err)
+		if err != nil {
+			replies[i].Store(-1)
+		} else {
+			replies[i].Store(n + 1)
+		}
+		answered <- struct{}{}
+		handed := n == handedOver || n == handedFree
+		switch {
+		case err != nil:
+			return false, err
+		case handed && c.quarantined(i):
+			return false, errQuarantined
+		}
+		return handed, nil
+	})
+	next.round = round
+	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	deadline := start.Add(lease)
+	next.untilBoot = boot + lease
+
+	old.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
+		if !who[i].CompareAndSwap(undecided, byRelease) {
+			return
+		}
+		if _, err := old.Result(i); err != nil && c.neverSent(i, err) {
+			return
+		}
+		var r release
+		l.releaseOne(ctx, i, &r)
+	}, func() bool { return true })
+
+	switch got := round.Count(quorum.Agreed); {
+	case got >= c.quorum && !next.over(deadline, next.untilBoot):
+		next.until = deadline
+		c.handed.Add(1)
+		c.deliver(ctx, q, next)
+	case got > 0:
+		// Too few to hold: free them, and have q try at once.
+		c.deliver(ctx, q, nil)
+		next.abandonHanded(ctx)
+		signal(q.wake)
+	default:
+		c.deliver(ctx, q, nil)
+	}
+
+	return l.handedOutcome(round, who, replies, answered)
+}
+
+// handedOutcome is Unlock's outcome of a handoff round: it waits, at most
+// until the round's calls end, until the releases that held our token make
+// a majority or can no longer.
+func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
+	c := l.c
+	var timer *time.Timer
+	for {
+		held, failed, open := 0, 0, 0
+		for i := range c.masters {
+			switch n := replies[i].Load(); {
+			case n == 1+1 || n == handedOver+1: // our token was there
+				held++
+			case n == -1:
+				failed++
+			case n == 0 && who[i].Load() == byHandoff:
+				open++ // still running
+			}
+		}
+		switch {
+		case held >= c.quorum:
+			return nil
+		case open > 0 && held+open >= c.quorum:
+			if timer == nil {
+				timer = time.NewTimer(c.cfg.nodeTimeout)
+				defer timer.Stop()
+			}
+			select {
+			case <-answered:
+				continue
+			case <-timer.C:
+			}
+			failed += open
+		}
+		var errs []error
+		for i := range c.masters {
+			if who[i].Load() != byHandoff {
+				continue
+			}
+			_, err, ok := round.Returned(i)
+			switch {
+			case !ok:
+				err = quorum.ErrTimeout
+			case errors.Is(err, errQuarantined):
+				err = nil // released all the same
+			}
+			if err != nil {
+				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "release", Err: err})
+			}
+		}
+		kind := ErrLockNotHeld
+		if held+failed >= c.quorum {
+			kind = ErrQuorumUnavailable
+		}
+		return errors.Join(append([]error{kind}, errs...)...)
+	}
+}
