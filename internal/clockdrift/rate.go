@@ -31,18 +31,7 @@ func Rate(samples []Sample) (rate float64, ok bool) {
 	if len(samples) < 3 || samples[len(samples)-1].Local-samples[0].Local < time.Second {
 		return 0, false
 	}
-	var sx, sy, sxx, sxy float64
-	first := samples[0]
-	for _, s := range samples {
-		x, y := float64(s.Local-first.Local), s.offsetFrom(first)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
-	}
-	n := float64(len(samples))
-	den := n*sxx - sx*sx
-	if den == 0 || math.IsNaN(den) {
-		return 0, false
-	}
-	return (n*sxy - sx*sy) / den, true
+	return slope(samples)
 }
 
 // Jump is a step of a node's clock between two samples.
@@ -59,10 +48,8 @@ func Jumps(samples []Sample, rate float64, tolerance time.Duration) []Jump {
 	var out []Jump
 	for i := 1; i < len(samples); i++ {
 		a, b := samples[i-1], samples[i]
-		elapsed := float64(b.Local - a.Local)
-		step := b.offsetFrom(a) - rate*elapsed
-		if math.Abs(step) > float64(tolerance+a.RTT+b.RTT) {
-			out = append(out, Jump{At: b.Local, By: time.Duration(step)})
+		if stepped(a, b, rate, tolerance) {
+			out = append(out, Jump{At: b.Local, By: time.Duration(stepOf(a, b, rate))})
 		}
 	}
 	return out
