@@ -56,8 +56,8 @@ func TestTracker(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		in       []Sample
-		steps    []int   // samples that stepped
-		jumps    []int   // samples whose step was a jump (reported at the next one)
+		steps    []int // samples that stepped
+		jumps    []int // samples whose step was a jump (reported at the next one)
 		jumpBy   time.Duration
 		rate     float64 // the last reading's
 		settling []int   // samples that read Settling
