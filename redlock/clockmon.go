@@ -33,6 +33,7 @@ type clockState struct {
 	stepFwd  bool    // the last step was forward
 	drifting bool    // the rate is beyond the drift factor (warned; until it is within again)
 	rate     float64 // the last estimate, as clockdrift.Rate
+	samples  int     // taken so far
 	// out is when the latest episode that quarantines the master ended, ns
 	// on the client's clock; clockOpen while one is under way, noRestart
 	// when none (or without quarantine).
@@ -94,6 +95,7 @@ func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
 	addr, factor := c.addrs[i], c.cfg.driftFactor
 	obs, _ := c.cfg.observer.(DriftObserver)
 	r := cs.track.Add(s)
+	cs.samples++
 	unsafe := false
 	if r.Step != 0 {
 		cs.stepFwd = r.Step > 0

@@ -22,7 +22,9 @@ func (s Sample) offsetFrom(o Sample) float64 {
 }
 
 // Rate estimates how fast the node's clock runs against ours, as the
-// least-squares slope of its offset over local time: 0.01 means 1% fast,
+// least-squares slope of its offset over local time, each sample weighted
+// by its round trip (a sample twice as uncertain counts a quarter as much,
+// so that a slow reply cannot tilt the estimate): 0.01 means 1% fast,
 // -0.01 1% slow. Samples must be in local-time order; ok is false with
 // fewer than 3 or less than a second between the first and the last. A
 // jump (see [Jumps]) inside the window skews the slope: estimate over the

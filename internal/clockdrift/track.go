@@ -9,30 +9,43 @@ import (
 const timeResolution = time.Microsecond
 
 // RateError bounds how far [Rate]'s estimate can be from the true rate when
-// each sample's local reading is off by at most half its round trip (plus
-// TIME's microsecond): the worst case of the least-squares slope,
-// Σ eᵢ·|xᵢ−x̄| / Σ (xᵢ−x̄)². It is +Inf with fewer than 2 samples or none
-// apart in time.
+// each sample's local reading is off by at most its error e (half its
+// round trip plus TIME's microsecond): the worst case of the weighted
+// least-squares slope, Σ wᵢ·eᵢ·|xᵢ−x̄| / Σ wᵢ·(xᵢ−x̄)², with wᵢ = 1/eᵢ². It is
+// +Inf with fewer than 2 samples or none apart in time.
 func RateError(samples []Sample) float64 {
 	if len(samples) < 2 {
 		return math.Inf(1)
 	}
 	first := samples[0]
-	var mean float64
+	var sw, swx float64
 	for _, s := range samples {
-		mean += float64(s.Local - first.Local)
+		w := s.weight()
+		sw, swx = sw+w, swx+w*float64(s.Local-first.Local)
 	}
-	mean /= float64(len(samples))
+	mean := swx / sw
 	var num, den float64
 	for _, s := range samples {
-		d := float64(s.Local-first.Local) - mean
-		num += float64(s.RTT/2+timeResolution) * math.Abs(d)
-		den += d * d
+		w, d := s.weight(), float64(s.Local-first.Local)-mean
+		num += w * float64(s.err()) * math.Abs(d)
+		den += w * d * d
 	}
 	if den == 0 {
 		return math.Inf(1)
 	}
 	return num / den
+}
+
+// err bounds how far the sample's local reading is from the moment the
+// node read its clock: the node read it during the round trip, and Local
+// is the round trip's middle.
+func (s Sample) err() time.Duration { return max(s.RTT, 0)/2 + timeResolution }
+
+// weight is the sample's weight in the rate's fit: a sample known to
+// within e counts as 1/e².
+func (s Sample) weight() float64 {
+	e := float64(s.err())
+	return 1 / (e * e)
 }
 
 // Tracker follows one node's clock sample by sample. It keeps the samples
@@ -150,18 +163,19 @@ func stepped(a, b Sample, rate float64, tolerance time.Duration) bool {
 	return math.Abs(stepOf(a, b, rate)) > float64(tolerance+a.RTT+b.RTT)
 }
 
-// slope is the least-squares slope of the offset with no minimum span.
+// slope is the weighted least-squares slope of the offset (see
+// [Sample.weight]) with no minimum span.
 func slope(samples []Sample) (float64, bool) {
-	var sx, sy, sxx, sxy float64
+	var sw, sx, sy, sxx, sxy float64
 	first := samples[0]
 	for _, s := range samples {
+		w := s.weight()
 		x, y := float64(s.Local-first.Local), s.offsetFrom(first)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+		sw, sx, sy, sxx, sxy = sw+w, sx+w*x, sy+w*y, sxx+w*x*x, sxy+w*x*y
 	}
-	n := float64(len(samples))
-	den := n*sxx - sx*sx
+	den := sw*sxx - sx*sx
 	if den == 0 || math.IsNaN(den) {
 		return 0, false
 	}
-	return (n*sxy - sx*sy) / den, true
+	return (sw*sxy - sx*sy) / den, true
 }

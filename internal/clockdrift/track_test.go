@@ -2,6 +2,7 @@ package clockdrift
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -167,4 +168,25 @@ func TestRateError(t *testing.T) {
 		require.True(t, ok)
 		assert.InDelta(t, bound, math.Abs(moved-clean), bound*0.05+1e-9, "rtt %v", rtt)
 	}
+}
+
+// A slow reply whose reading sits at the edge of its round trip barely
+// tilts the estimate, where an unweighted fit would move by a percent.
+func TestRateWeighsRoundTrips(t *testing.T) {
+	s := walk(32, 100*time.Millisecond, constRate(0), noJump, 0)
+	for _, i := range []int{27, 28, 29} {
+		s[i].RTT = 100 * time.Millisecond
+		s[i].Remote = s[i].Remote.Add(45 * time.Millisecond)
+	}
+	rate, ok := Rate(s)
+	require.True(t, ok)
+	assert.InDelta(t, 0, rate, 1e-4)
+	assert.InDelta(t, 0, rate, RateError(s))
+	unweighted := slices.Clone(s)
+	for i := range unweighted {
+		unweighted[i].RTT = 0
+	}
+	tilted, ok := Rate(unweighted)
+	require.True(t, ok)
+	assert.Greater(t, tilted, 0.005, "the case would tilt an unweighted fit")
 }
