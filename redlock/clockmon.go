@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +45,7 @@ func (c *Client) initClock(i int) {
 	cs.track = clockdrift.NewTracker(clockWindow, max(c.cfg.driftConstant, minStep))
 }
 
-// sampleClock reads master i's TIME, bounded by the node timeout, and
+// sampleClock reads master i's TIME under a node-timeout context, and
 // takes it as a sample at the middle of the round trip, on the clock that
 // counts suspend (so that a suspended client does not see the masters'
 // clocks jump).
@@ -115,8 +114,7 @@ func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
 			obs.MasterDrift(addr, 1+r.Rate)
 		}
 		switch {
-		case !cs.drifting && math.Abs(r.Rate)-r.RateErr > factor:
-			// Certainly beyond, whatever the round trips hid.
+		case !cs.drifting && clockdrift.Beyond(r.Rate, r.RateErr, factor):
 			cs.drifting = true
 			c.cfg.logger.Warn("redlock: master's clock rate is beyond the drift allowance",
 				"master", addr, "rate", 1+r.Rate, "drift_factor", factor, "quarantined", r.Rate > 0 && c.cfg.clockQuarantine)

@@ -235,6 +235,36 @@ func TestClockMonitorMeasuresFastClock(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "beyond the drift allowance"), logs.String())
 }
 
+// A step back only makes keys live longer: reported, never quarantined.
+func TestClockMonitorStepBackNotQuarantined(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	clk := newShimClock(t)
+	servers, masters := clockMasters(t, 2, clk)
+	obs := newClockLog()
+	var logs syncBuffer
+	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithClockMonitor(interval, true),
+		WithObserver(obs), WithLogger(logger(&logs)))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	l, err := c.TryLock(ctx, resourceName(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	clockSampled(t, c, 3)
+	addr := servers[0].Addr()
+	clk.Jump(-time.Second)
+	require.Eventually(t, func() bool {
+		assert.False(t, c.quarantined(0), "a master whose clock went back is out")
+		return len(obs.jumps(addr)) > 0
+	}, 20*interval, 5*time.Millisecond, "the jump was not reported")
+	assert.InDelta(t, float64(-time.Second), float64(obs.jumps(addr)[0]), float64(50*time.Millisecond))
+	assert.Contains(t, logs.String(), "quarantined=false")
+	clockSampled(t, c, 8)
+	assert.False(t, c.quarantined(0))
+	n, _ := obs.counts()
+	assert.Zero(t, n)
+}
+
 // Healthy masters under lock traffic are never flagged: the round trips'
 // noise is inside the monitor's tolerances.
 func TestClockMonitorHealthyNeverFlagged(t *testing.T) {

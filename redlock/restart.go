@@ -288,9 +288,9 @@ func (c *Client) reviewLocked(i int, now int64) {
 	}
 	hold := g.maxHold.Load()
 	open := m.clock.out == clockOpen
-	until := m.restarted.Load() + hold
-	if open {
-		until = now + hold
+	until := now + hold
+	if !open {
+		until = m.restarted.Load() + hold
 	}
 	out := open || now < until
 	obs, _ := c.cfg.observer.(QuarantineObserver)

@@ -60,3 +60,7 @@ func Jumps(samples []Sample, rate float64, tolerance time.Duration) []Jump {
 // Exceeds reports whether a measured rate is beyond what a lease's drift
 // allowance covers: |rate| > factor.
 func Exceeds(rate, factor float64) bool { return math.Abs(rate) > factor }
+
+// Beyond reports whether a rate known to within rateErr (see [RateError])
+// exceeds factor whatever the error hid: |rate| − rateErr > factor.
+func Beyond(rate, rateErr, factor float64) bool { return math.Abs(rate)-rateErr > factor }
