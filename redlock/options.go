@@ -35,8 +35,12 @@ type config struct {
 	observer      Observer
 	fairTTL       time.Duration // 0: waiters are not queued
 	strict        bool
-	gate          *strictGate   // one per client, whatever options it shares
-	guardInterval time.Duration // 0: no restart guard
+	gate          *strictGate // one per client, whatever options it shares
+	// The background watcher: the restart guard, the clock monitor, or both.
+	restartInterval time.Duration // 0: no restart guard
+	clockInterval   time.Duration // 0: no clock monitor
+	clockQuarantine bool
+	guardInterval   time.Duration // the watcher's: the shorter of the two set; 0: no watcher
 }
 
 func defaults() config {
@@ -138,7 +142,34 @@ func WithStrictCheck() Option {
 // it off; otherwise interval must be at least the node timeout. See
 // docs/design.md, "Restart guard", for what it cannot see.
 func WithRestartGuard(interval time.Duration) Option {
-	return func(c *config) { c.guardInterval = interval }
+	return func(c *config) { c.restartInterval = interval; c.setWatcher() }
+}
+
+// WithClockMonitor makes the client read each master's TIME every interval
+// against its own monotonic clock, estimate the master's clock rate over
+// the last 32 readings and see its clock step (a jump or a change of rate).
+// A rate beyond the drift factor of [WithDrift], or a step beyond the drift
+// constant (at least 1 ms) plus the round trips, is logged at Warn and told
+// to a [DriftObserver]. With quarantine, a master whose clock stepped
+// forward or runs fast does not count toward a quorum until the longest TTL
+// issued has passed since that ended, as [WithRestartGuard] does after a
+// restart. A step is seen at the next reading only: acquisitions before it
+// count the master. interval is 0 (off, the default) or at least the node
+// timeout; with the restart guard, one watcher serves both at the shorter
+// interval. See docs/design.md, "Clock-rate monitor".
+func WithClockMonitor(interval time.Duration, quarantine bool) Option {
+	return func(c *config) { c.clockInterval, c.clockQuarantine = interval, quarantine; c.setWatcher() }
+}
+
+// setWatcher sets the watcher's interval: one loop samples for both the
+// restart guard and the clock monitor.
+func (c *config) setWatcher() {
+	c.guardInterval = 0
+	for _, d := range []time.Duration{c.restartInterval, c.clockInterval} {
+		if d > 0 && (c.guardInterval == 0 || d < c.guardInterval) {
+			c.guardInterval = d
+		}
+	}
 }
 
 // WithLogger sets where the client logs: a renewal that ended a lock and a
@@ -170,8 +201,10 @@ func (c *config) validate() error {
 		return invalid("nil fence minter")
 	case c.fairTTL < 0 || (c.fairTTL > 0 && c.fairTTL < 4*c.nodeTimeout):
 		return invalid("fair entry TTL %v is neither 0 nor at least 4 node timeouts (%v)", c.fairTTL, 4*c.nodeTimeout)
-	case c.guardInterval < 0 || (c.guardInterval > 0 && c.guardInterval < c.nodeTimeout):
-		return invalid("restart guard interval %v is neither 0 nor at least the node timeout (%v)", c.guardInterval, c.nodeTimeout)
+	case c.restartInterval < 0 || (c.restartInterval > 0 && c.restartInterval < c.nodeTimeout):
+		return invalid("restart guard interval %v is neither 0 nor at least the node timeout (%v)", c.restartInterval, c.nodeTimeout)
+	case c.clockInterval < 0 || (c.clockInterval > 0 && c.clockInterval < c.nodeTimeout):
+		return invalid("clock monitor interval %v is neither 0 nor at least the node timeout (%v)", c.clockInterval, c.nodeTimeout)
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
 	case nilcheck.Is(c.observer):

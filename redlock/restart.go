@@ -33,9 +33,13 @@ type QuarantineObserver interface {
 // noRestart is a restart time so far back that no TTL reaches it.
 const noRestart = math.MinInt64 / 4
 
-// restartGuard is the background watcher of [WithRestartGuard] and the
-// state the acquire path reads: one atomic per master and one for the
-// longest hold, nothing else.
+// clockOpen is the end of a clock episode still under way: so far ahead
+// that every master it marks is quarantined.
+const clockOpen = math.MaxInt64 / 4
+
+// restartGuard is the background watcher of [WithRestartGuard] and
+// [WithClockMonitor] and the state the acquire path reads: one atomic per
+// master and one for the longest hold, nothing else.
 type restartGuard struct {
 	interval time.Duration
 	maxHold  atomic.Int64 // ns: the longest TTL issued, plus its drift allowance
@@ -43,12 +47,14 @@ type restartGuard struct {
 	kick     chan struct{} // cap 1: sample now (a master came back)
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	stopped  atomic.Bool // by Close: suspicions are no longer raised
 }
 
 // guarded is what the guard knows of one master.
 type guarded struct {
-	// restarted is the latest restart known or suspected, in ns on the
-	// client's clock; noRestart when none.
+	// restarted is when the master's quarantine began, in ns on the
+	// client's clock: the later of restartAt and clock.out (see publish);
+	// noRestart when none.
 	restarted atomic.Int64
 	sampling  atomic.Bool // a sample is in flight: a hung master gets one at a time
 
@@ -57,15 +63,25 @@ type guarded struct {
 	sampledGen  uint64 // gen when the last sample that counted was sent
 	runID       string // "" until a sample got one
 	start       int64  // the latest this runID can have started, ns: the least of its samples' bounds
-	off         bool   // INFO refused or unreadable: never quarantined
-	quarantined bool   // as last reported
-	until       int64  // the until last reported, ns
+	off         bool   // INFO refused, unreadable or not asked for: never quarantined for a restart
+	restartAt   int64  // the latest restart known or suspected, ns; noRestart when none
+	clock       clockState
+	quarantined bool  // as last reported
+	until       int64 // the until last reported, ns
+}
+
+// publish stores the quarantine's start for the acquire path. The caller
+// holds m.mu.
+func (m *guarded) publish() {
+	m.restarted.Store(max(m.restartAt, m.clock.out))
 }
 
 func newRestartGuard(interval time.Duration, n int) *restartGuard {
 	g := &restartGuard{interval: interval, masters: make([]guarded, n), kick: make(chan struct{}, 1)}
 	for i := range g.masters {
-		g.masters[i].restarted.Store(noRestart)
+		m := &g.masters[i]
+		m.restartAt, m.clock.out = noRestart, noRestart
+		m.publish()
 	}
 	return g
 }
@@ -103,9 +119,10 @@ func (c *Client) suspect(i int) {
 	g := c.guard
 	m := &g.masters[i]
 	m.mu.Lock()
-	if !m.off {
+	if !m.off && !g.stopped.Load() {
 		m.gen++
-		m.restarted.Store(c.nanos())
+		m.restartAt = c.nanos()
+		m.publish()
 	}
 	m.mu.Unlock()
 	signal(g.kick)
@@ -115,11 +132,19 @@ func (c *Client) suspect(i int) {
 func (c *Client) startGuard() {
 	g := c.guard
 	for i, m := range c.masters {
+		gm := &g.masters[i]
+		gm.off = c.cfg.restartInterval == 0
+		c.initClock(i)
 		if _, ok := m.(*redis.ClusterClient); ok {
-			// INFO reaches one node of the cluster, a different one each
-			// time: its run_id would flap.
-			g.masters[i].off = true
-			c.cfg.logger.Warn("redlock: the restart guard does not watch a cluster master; it is never quarantined", "master", c.addrs[i])
+			// INFO and TIME reach one node of the cluster, a different one
+			// each time: its run_id would flap, its clock seem to jump.
+			if !gm.off {
+				c.cfg.logger.Warn("redlock: the restart guard does not watch a cluster master; it is never quarantined", "master", c.addrs[i])
+			}
+			if !gm.clock.off {
+				c.cfg.logger.Warn("redlock: the clock monitor does not watch a cluster master", "master", c.addrs[i])
+			}
+			gm.off, gm.clock.off = true, true
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,11 +152,22 @@ func (c *Client) startGuard() {
 	g.wg.Go(func() { c.watch(ctx) })
 }
 
-// stopGuard stops the watcher and waits for its samples. Idempotent.
+// stopGuard stops the watcher and waits for its samples; then every
+// master counts. Idempotent.
 func (c *Client) stopGuard() {
-	if g := c.guard; g != nil {
-		g.cancel()
-		g.wg.Wait()
+	g := c.guard
+	if g == nil {
+		return
+	}
+	g.cancel()
+	g.wg.Wait()
+	g.stopped.Store(true)
+	for i := range g.masters {
+		m := &g.masters[i]
+		m.mu.Lock()
+		m.restartAt, m.clock.out = noRestart, noRestart
+		m.publish()
+		m.mu.Unlock()
 	}
 }
 
@@ -145,6 +181,7 @@ func (c *Client) watch(ctx context.Context) {
 			if g.masters[i].sampling.CompareAndSwap(false, true) {
 				g.wg.Go(func() {
 					defer g.masters[i].sampling.Store(false)
+					c.sampleClock(ctx, i)
 					c.sample(ctx, i)
 				})
 			}
@@ -192,7 +229,8 @@ func (c *Client) sample(ctx context.Context, i int) {
 		// Managed Redis often disables INFO: without it there is nothing
 		// to watch, and quarantining for ever would cost the master.
 		m.off = true
-		m.restarted.Store(noRestart)
+		m.restartAt = noRestart
+		m.publish()
 		c.cfg.logger.Warn("redlock: the restart guard cannot read INFO server; this master is never quarantined", "master", c.addrs[i], "err", err)
 		return
 	}
@@ -213,7 +251,8 @@ func (c *Client) sample(ctx context.Context, i int) {
 		signal(c.guard.kick)
 		return
 	}
-	m.restarted.Store(start)
+	m.restartAt = start
+	m.publish()
 	m.sampledGen = gen
 	c.reviewLocked(i, now)
 }
@@ -238,22 +277,29 @@ func (c *Client) review(i int) {
 
 // reviewLocked logs and tells the observer when master i goes out or comes
 // back. A suspicion that no sample has settled yet is not reported: most
-// are a network blip that the next sample clears.
+// are a network blip that the next sample clears. A clock episode under
+// way is reported as ending a hold from now, and again when it ends; the
+// clock monitor logs its own causes.
 func (c *Client) reviewLocked(i int, now int64) {
 	g := c.guard
 	m := &g.masters[i]
 	if m.gen != m.sampledGen {
 		return
 	}
-	until := m.restarted.Load() + g.maxHold.Load()
-	out := !m.off && now < until
+	hold := g.maxHold.Load()
+	open := m.clock.out == clockOpen
+	until := now + hold
+	if !open {
+		until = m.restarted.Load() + hold
+	}
+	out := open || now < until
 	obs, _ := c.cfg.observer.(QuarantineObserver)
 	switch {
-	case out && (!m.quarantined || until > m.until):
+	case out && (!m.quarantined || (!open && until > m.until)):
 		at := time.Now().Add(time.Duration(until - now))
-		if !m.quarantined {
+		if !m.quarantined && m.restartAt > m.clock.out {
 			c.cfg.logger.Warn("redlock: master restarted less than the longest TTL ago; its votes do not count toward a quorum until then",
-				"master", c.addrs[i], "until", at, "ttl", time.Duration(g.maxHold.Load()))
+				"master", c.addrs[i], "until", at, "ttl", time.Duration(hold))
 		}
 		m.quarantined, m.until = true, until
 		if obs != nil {

@@ -53,6 +53,7 @@ func TestRowJudges(t *testing.T) {
 		{"holder-kill too slow", &scenario{name: "k", judge: judgeHolderKill}, func(r *result) {
 			r.holdings[0].Acquired = r.fault.end.Add(3 * time.Second).UnixNano()
 		}, "bound"},
+		{"clock jump not caught", &scenario{name: "c", judge: judgeClockJump}, func(r *result) { r.fault.clockJumps = 2 }, "caught 2 of 6 clock jumps"},
 		{"majority-down silent", &scenario{name: "m", judge: judgeMajorityDown}, func(r *result) {}, "no attempt reported the quorum unavailable"},
 		{"majority-down slow", &scenario{name: "m", judge: judgeMajorityDown}, func(r *result) {
 			r.attempts = []attempt{{result: "unavailable", latency: 2 * time.Second}}

@@ -118,7 +118,8 @@ type Row struct {
 	PeakHeapMB          float64 `json:"peak_heap_mb"`
 	GhostKeys           int     `json:"ghost_keys"` // paused-master-ghost: keys the master applied for nobody
 	GhostTTLMs          float64 `json:"ghost_ttl_ms"`
-	Linearizable        string  `json:"linearizable"` // the fenced store's history: ok, illegal or unknown
+	ClockJumpsDetected  int     `json:"clock_jumps_detected"` // master-clock-jump: jumps a client's clock monitor reported
+	Linearizable        string  `json:"linearizable"`         // the fenced store's history: ok, illegal or unknown
 	FaultInjected       bool    `json:"fault_injected"`
 	Observed            bool    `json:"observed"` // an overlap or a stale write was seen, where the lock alone cannot hold
 	Held                bool    `json:"held"`     // every invariant and bound of the scenario held
@@ -176,6 +177,7 @@ type fault struct {
 	resource   string    // the resource it aimed at, if one: recovery counts only its locks
 	ghosts     int
 	ghostTTL   time.Duration
+	clockJumps int    // jumps the coordinator's clock monitor reported
 	variant    string // overrides the scenario's
 }
 
@@ -325,6 +327,7 @@ func (sc *scenario) row(cfg Config, runs []result) Row {
 		r.PeakHeapMB = max(r.PeakHeapMB, float64(res.peakHeap)/(1<<20))
 		r.GhostKeys += res.fault.ghosts
 		r.GhostTTLMs = max(r.GhostTTLMs, ms(res.fault.ghostTTL))
+		r.ClockJumpsDetected += res.fault.clockJumps
 		if len(res.bad) > 0 {
 			r.Errors += len(res.bad)
 		}

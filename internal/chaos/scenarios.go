@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"quorumlock.dev/internal/netns"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/sentinel"
+	"quorumlock.dev/redlock"
 )
 
 // scenario is one way a Redis lock fails, and what must hold while it does.
@@ -88,7 +90,7 @@ func init() {
 		{name: "counter-loss", about: "the fence counter restarts empty mid-run",
 			inject: counterLoss, judge: judgeCounterLoss},
 		{name: "master-clock-jump", variant: "redis-server+clockshim", about: "the clocks of 3 of 5 masters jump forward by a TTL while a holder is inside",
-			mustObserve: true, resources: 1, longHold: true, prepare: clockPrepare, server: clockServer, inject: clockJump},
+			mustObserve: true, resources: 1, longHold: true, prepare: clockPrepare, server: clockServer, inject: clockJump, judge: judgeClockJump},
 		{name: "slow-master", about: "one master slower than the node timeout, through a proxy",
 			proxied: true, inject: proxyFault("slow"), judge: judgeNoErrors},
 		{name: "blackholed-master", about: "one master stops answering, through a proxy",
@@ -534,8 +536,16 @@ func clockServer(w *world, i int) redisserver.Options {
 }
 
 // clockJump steps the clocks of masters 0, 1 and 2 forward by a TTL while a holder is inside:
-// the key expires on a majority at once, and a contender wins it.
+// the key expires on a majority at once, and a contender wins it. A client of the coordinator's
+// own, with the clock monitor on (warnings only, so the workers' lock is the lock alone), watches
+// every master and counts the jumps it reports.
 func clockJump(ctx context.Context, w *world) (fault, error) {
+	mon, err := startClockMonitor(w)
+	if err != nil {
+		return fault{}, err
+	}
+	defer mon.close()
+	time.Sleep(3 * mon.interval) // samples before the jump to measure it from
 	op, err := w.rec.claimed(ctx, time.Now(), nil)
 	if err != nil {
 		return fault{}, err
@@ -551,7 +561,57 @@ func clockJump(ctx context.Context, w *world) (fault, error) {
 	after, err := serverTime(ctx, w.direct[0])
 	f.injected = err == nil && after.Sub(before) >= w.size.ttl
 	f.end = time.Now()
+	// A jump is told at the second sample after it.
+	waitUntil(20*mon.interval, func() bool { return mon.jumps.Load() >= int64(len(w.clocks)) || ctx.Err() != nil })
+	f.clockJumps = int(mon.jumps.Load())
 	return f, err
+}
+
+// clockMonitor is a redlock client that only watches the masters' clocks.
+type clockMonitor struct {
+	interval time.Duration
+	jumps    atomic.Int64
+	client   *redlock.Client
+	conns    []*redis.Client
+}
+
+func (m *clockMonitor) RenewalFailed(string, error)             {}
+func (m *clockMonitor) MasterDrift(string, float64)             {}
+func (m *clockMonitor) MasterClockJumped(string, time.Duration) { m.jumps.Add(1) }
+
+var _ redlock.DriftObserver = (*clockMonitor)(nil)
+
+func startClockMonitor(w *world) (*clockMonitor, error) {
+	m := &clockMonitor{interval: max(guardInterval, w.cfg.NodeTimeout)}
+	masters := make([]redlock.Master, len(w.direct))
+	for i, a := range w.direct {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		m.conns, masters[i] = append(m.conns, c), c
+	}
+	c, err := redlock.New(masters, redlock.WithNodeTimeout(w.cfg.NodeTimeout), redlock.WithObserver(m),
+		redlock.WithClockMonitor(m.interval, false))
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	m.client = c
+	return m, nil
+}
+
+func (m *clockMonitor) close() {
+	if m.client != nil {
+		_ = m.client.Close()
+	}
+	for _, c := range m.conns {
+		_ = c.Close()
+	}
+}
+
+// judgeClockJump: the clock monitor caught every jump.
+func judgeClockJump(cfg Config, runs []result, r *Row, fail func(string, ...any)) {
+	if want := 3 * len(runs); r.ClockJumpsDetected < want {
+		fail("the clock monitor caught %d of %d clock jumps", r.ClockJumpsDetected, want)
+	}
 }
 
 // serverTime is the Redis server's TIME.

@@ -2,9 +2,10 @@
 // lock's TTL a client may still count on after the time it took to win the
 // lock, less an allowance for the clocks of the nodes running at another
 // rate than the client's; and the estimates of a node's clock rate and
-// jumps from readings of its TIME (Rate, Jumps), for a monitor to compare
-// with that allowance. The functions are pure and never panic; they do not
-// read any clock themselves.
+// jumps from readings of its TIME (Rate, RateError, Jumps, and Tracker,
+// which follows one node sample by sample), for a monitor to compare with
+// that allowance. The code is pure and never panics; it does not read any
+// clock itself.
 //
 // The allowance covers a bounded difference in clock rate, not a clock that
 // jumps: a node whose wall clock is stepped forward expires keys early, and

@@ -22,7 +22,9 @@ func (s Sample) offsetFrom(o Sample) float64 {
 }
 
 // Rate estimates how fast the node's clock runs against ours, as the
-// least-squares slope of its offset over local time: 0.01 means 1% fast,
+// least-squares slope of its offset over local time, each sample weighted
+// by its round trip (a sample twice as uncertain counts a quarter as much,
+// so that a slow reply cannot tilt the estimate): 0.01 means 1% fast,
 // -0.01 1% slow. Samples must be in local-time order; ok is false with
 // fewer than 3 or less than a second between the first and the last. A
 // jump (see [Jumps]) inside the window skews the slope: estimate over the
@@ -31,18 +33,7 @@ func Rate(samples []Sample) (rate float64, ok bool) {
 	if len(samples) < 3 || samples[len(samples)-1].Local-samples[0].Local < time.Second {
 		return 0, false
 	}
-	var sx, sy, sxx, sxy float64
-	first := samples[0]
-	for _, s := range samples {
-		x, y := float64(s.Local-first.Local), s.offsetFrom(first)
-		sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
-	}
-	n := float64(len(samples))
-	den := n*sxx - sx*sx
-	if den == 0 || math.IsNaN(den) {
-		return 0, false
-	}
-	return (n*sxy - sx*sy) / den, true
+	return slope(samples)
 }
 
 // Jump is a step of a node's clock between two samples.
@@ -59,10 +50,8 @@ func Jumps(samples []Sample, rate float64, tolerance time.Duration) []Jump {
 	var out []Jump
 	for i := 1; i < len(samples); i++ {
 		a, b := samples[i-1], samples[i]
-		elapsed := float64(b.Local - a.Local)
-		step := b.offsetFrom(a) - rate*elapsed
-		if math.Abs(step) > float64(tolerance+a.RTT+b.RTT) {
-			out = append(out, Jump{At: b.Local, By: time.Duration(step)})
+		if stepped(a, b, rate, tolerance) {
+			out = append(out, Jump{At: b.Local, By: time.Duration(stepOf(a, b, rate))})
 		}
 	}
 	return out
@@ -71,3 +60,7 @@ func Jumps(samples []Sample, rate float64, tolerance time.Duration) []Jump {
 // Exceeds reports whether a measured rate is beyond what a lease's drift
 // allowance covers: |rate| > factor.
 func Exceeds(rate, factor float64) bool { return math.Abs(rate) > factor }
+
+// Beyond reports whether a rate known to within rateErr (see [RateError])
+// exceeds factor whatever the error hid: |rate| − rateErr > factor.
+func Beyond(rate, rateErr, factor float64) bool { return math.Abs(rate)-rateErr > factor }

@@ -1,6 +1,7 @@
 package clockdrift
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -87,4 +88,21 @@ func TestExceeds(t *testing.T) {
 	assert.True(t, Exceeds(0.02, 0.01))
 	assert.True(t, Exceeds(-0.02, 0.01))
 	assert.False(t, Exceeds(0.01, 0.01), "at the allowance is covered")
+}
+
+func TestBeyond(t *testing.T) {
+	for _, tc := range []struct {
+		rate, err, factor float64
+		want              bool
+	}{
+		{0.5, 0.001, 0.01, true},
+		{-0.5, 0.001, 0.01, true},
+		{0.015, 0.01, 0.01, false}, // could be 0.005
+		{0.021, 0.01, 0.01, true},
+		{0, 0.5, 0.01, false},
+		{0.02, math.Inf(1), 0.01, false},
+		{math.NaN(), 0, 0.01, false},
+	} {
+		assert.Equal(t, tc.want, Beyond(tc.rate, tc.err, tc.factor), "%+v", tc)
+	}
 }
