@@ -35,9 +35,9 @@ type LockObserver interface {
 	// got (nil: acquired), and validity, what was left of the lease when
 	// the lock was handed out (0 unless acquired).
 	Attempted(took, validity time.Duration, err error)
-	// Voted: master addr answered its call of an attempt after took. It is
-	// called for every master that was called, also those that answered
-	// after the attempt had decided.
+	// Voted: master addr's answer to one attempt, after took (VoteSkipped:
+	// it was not called). It is told of every master of every attempt,
+	// also of those that answered after the attempt had decided.
 	Voted(addr string, vote Vote, took time.Duration)
 	// Extended: an Extend, or one of a renewer's, ended with err (nil:
 	// extended).
