@@ -22,5 +22,6 @@ const (
 // pauses).
 func Rejected() uint64 { return rejection.Count() }
 
-// reject counts one refused write and returns ErrFenceRejected.
-func reject() error { return rejection.Reject() }
+// reject counts one refused write, tells hook (when not nil) and returns
+// ErrFenceRejected.
+func reject(hook func()) error { return rejection.Reject(hook) }

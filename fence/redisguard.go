@@ -38,13 +38,18 @@ var (
 type RedisGuard struct {
 	// Compare says which fences are admitted against the stored one.
 	Compare Comparison
+	// OnReject, when not nil, is called once for each write the guard
+	// refuses, before Set returns; it must be safe for concurrent use. A
+	// metrics adapter counts rejections with it.
+	OnReject func()
 }
 
 // Set stores value, and fence with it, at key if fence passes the guard's
 // comparison with the stored one (a missing key admits any). ttl > 0 expires
 // the key, fence and all; 0 keeps it for ever. A refused write wraps
-// [ErrFenceRejected] and is counted in [Rejected]; bad input gives
-// [ErrInvalidArgument]. Edge cases (expiry, foreign keys): docs/fencing.md.
+// [ErrFenceRejected], is counted in [Rejected] and is told to OnReject; bad
+// input gives [ErrInvalidArgument]. Edge cases (expiry, foreign keys):
+// docs/fencing.md.
 func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value string, fence uint64, ttl time.Duration) error {
 	switch {
 	case nilcheck.Is(node):
@@ -71,7 +76,7 @@ func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value str
 	case int64:
 		return nil
 	case string:
-		return fmt.Errorf("%w: %s holds fence %s, offered %d", reject(), key, res, fence)
+		return fmt.Errorf("%w: %s holds fence %s, offered %d", reject(g.OnReject), key, res, fence)
 	default:
 		return fmt.Errorf("fence: set %s: unexpected reply %v (%T)", key, res, res)
 	}

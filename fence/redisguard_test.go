@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,15 +23,18 @@ func TestRedisGuardSet(t *testing.T) {
 	for name, client := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			var g RedisGuard
+			var told atomic.Int64
+			g := RedisGuard{OnReject: func() { told.Add(1) }}
 			key := "guard:set"
 			require.NoError(t, g.Set(ctx, client, key, "from 41", 41, 0))
 			require.NoError(t, g.Set(ctx, client, key, "from 42", 42, 0))
+			assert.Zero(t, told.Load(), "OnReject on an admitted write")
 
 			before := Rejected()
 			err := g.Set(ctx, client, key, "stale 41", 41, 0)
 			require.ErrorIs(t, err, ErrFenceRejected)
 			assert.Equal(t, before+1, Rejected(), "one refusal, counted once")
+			assert.Equal(t, int64(1), told.Load(), "one refusal, told to OnReject once")
 			assert.Contains(t, err.Error(), "holds fence 42, offered 41")
 
 			v, f, err := g.Get(ctx, client, key)

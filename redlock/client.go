@@ -75,7 +75,7 @@ type Client struct {
 // mode, with the same API. Invalid options, no masters, a nil master, a
 // *redis.Ring or the same master twice (the same client, or two clients of
 // one host:port) give [ErrInvalidArgument]. New does no I/O, except that
-// [WithRestartGuard] starts its watcher, which samples the masters at once
+// [WithRestartGuard] or [WithClockMonitor] starts its watcher, which samples the masters at once
 // in the background; [Client.Close] stops it.
 func New(masters []Master, opts ...Option) (*Client, error) {
 	cfg := defaults()
@@ -88,6 +88,7 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.lockObs, _ = cfg.observer.(LockObserver)
 	if len(masters) == 0 {
 		return nil, invalid("no masters")
 	}
@@ -200,13 +201,17 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		return nil, err
 	}
 	var (
-		timer *time.Timer
-		w     *waiter // made at the first contended loss: an uncontended Lock pays nothing
-		q     *queued // fair: made at the first contended loss too
-		won   *quorum.Round
+		timer   *time.Timer
+		w       *waiter // made at the first contended loss: an uncontended Lock pays nothing
+		q       *queued // fair: made at the first contended loss too
+		won     *quorum.Round
+		waiting bool // the LockObserver was told that this call waits
 	)
 	var took *Lock // the lock this call returns
 	defer func() {
+		if waiting {
+			c.cfg.lockObs.Waiting(-1)
+		}
 		if w != nil {
 			w.leave()
 		}
@@ -279,6 +284,10 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		if ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
 			return nil, err
+		}
+		if !waiting && c.cfg.lockObs != nil {
+			waiting = true
+			c.cfg.lockObs.Waiting(1)
 		}
 		wait := c.cfg.delay
 		if c.cfg.jitter > 0 {
@@ -363,8 +372,26 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 }
 
 // attemptLock is attempt for l's keys: one SET NX, or for several resources
-// one script that sets all of them or none (never queued: q is nil).
+// one script that sets all of them or none (never queued: q is nil). A
+// LockObserver hears of it.
 func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
+	obs := c.cfg.lockObs
+	if obs == nil {
+		return c.lockRound(ctx, l, ttl, q)
+	}
+	start := time.Now()
+	got, round, err := c.lockRound(ctx, l, ttl, q)
+	var validity time.Duration
+	if err == nil {
+		now, _ := c.clock.now()
+		validity = got.Until().Sub(now)
+	}
+	obs.Attempted(time.Since(start), validity, err)
+	return got, round, err
+}
+
+// lockRound is attemptLock without the observer.
+func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
 	if err := c.admit(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -387,7 +414,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 	}
 
 	start, boot := c.clock.now()
-	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
@@ -418,7 +445,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 			return false, nil
 		}
 		return false, err
-	})
+	}))
 	l.round = round
 	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 	deadline := start.Add(lease)

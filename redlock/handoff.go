@@ -238,6 +238,10 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 	case got >= c.quorum && !next.over(deadline, next.untilBoot):
 		next.until = deadline
 		c.handed.Add(1)
+		if obs := c.cfg.lockObs; obs != nil {
+			now, _ := c.clock.now()
+			obs.Attempted(now.Sub(start), deadline.Sub(now), nil)
+		}
 		c.deliver(ctx, q, next)
 	case got > 0:
 		// Too few to hold: free them, and have q try at once.

@@ -355,10 +355,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // extend is Extend; failed, when not nil, hears of a failure that ends the
 // lock before the lock's context is cancelled.
-func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)) error {
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)) (err error) {
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
+	}
+	if obs := c.cfg.lockObs; obs != nil {
+		defer func() { obs.Extended(err) }()
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -391,7 +394,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	})
 	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 	deadline, deadlineBoot := start.Add(lease), boot+lease
-	var err error
 	switch {
 	case round.Count(quorum.Agreed) < c.quorum:
 		var errs []error

@@ -33,6 +33,7 @@ type config struct {
 	fenceSet      bool
 	logger        *slog.Logger
 	observer      Observer
+	lockObs       LockObserver  // observer, when it is one; nil otherwise (set by New)
 	fairTTL       time.Duration // 0: waiters are not queued
 	strict        bool
 	gate          *strictGate // one per client, whatever options it shares
@@ -180,7 +181,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithObserver sets who is told of renewal failures (see [Observer]), for
-// example a metrics adapter. The default tells no one.
+// example a metrics adapter, and of what else o implements:
+// [LockObserver], [QuarantineObserver]. The default tells no one, and a
+// client without a LockObserver does no work for one.
 func WithObserver(o Observer) Option {
 	return func(c *config) { c.observer = o }
 }

@@ -8,20 +8,6 @@ import (
 	"quorumlock.dev/internal/clockdrift"
 )
 
-// Observer is told of events that an application may count, such as
-// metrics. Its methods are called from the client's goroutines: they must
-// be safe for concurrent use and return quickly.
-type Observer interface {
-	// RenewalFailed: the renewer could not extend the lock on resource and
-	// ended it; reason wraps ErrNoProgress, ErrMaxHold, Extend's error, or
-	// ErrLockLost when the lease ran out before the renewer's turn.
-	RenewalFailed(resource string, reason error)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) RenewalFailed(string, error) {}
-
 // Progress records that the holder has moved its work forward. The renewer
 // of [Lock.Renew] extends the lease only when Progress was called since the
 // last extension: a stuck holder loses the lock instead of keeping it.

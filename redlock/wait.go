@@ -144,7 +144,8 @@ func (c *Client) startSubscribers() {
 // their goroutines have returned when it returns. The client still locks
 // afterwards; a Lock that waits then retries on its timer alone. Close is
 // idempotent and does not release locks. It returns nil. It also stops the
-// watcher of [WithRestartGuard]; afterwards the guard counts every master.
+// watcher of [WithRestartGuard] and [WithClockMonitor]; afterwards every
+// master's vote counts.
 func (c *Client) Close() error {
 	c.stopGuard()
 	p := &c.push

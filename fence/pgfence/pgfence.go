@@ -178,6 +178,10 @@ type Guard struct {
 	// Compare says which fences are admitted against the stored one: AtLeast (the default,
 	// stored <= fence) or Newer (stored < fence).
 	Compare fence.Comparison
+	// OnReject, when not nil, is called once for each write the guard refuses, before Update
+	// or Claim returns; it must be safe for concurrent use. A metrics adapter counts
+	// rejections with it.
+	OnReject func()
 }
 
 func (g Guard) table() string {
@@ -204,7 +208,7 @@ func (g Guard) Migration() string {
 //
 // (< for Newer), with token as $N (N = len(args)+1) and args as $1..; it
 // returns the rows changed, at least 1. Otherwise the error says why:
-// [fence.ErrFenceRejected] (counted in [fence.Rejected]), [ErrNoRow] or
+// [fence.ErrFenceRejected] (counted in [fence.Rejected], told to OnReject), [ErrNoRow] or
 // [ErrConflict] (retry). The fragments run as SQL: pass values in args.
 // Edge cases (several rows, NULL fences, transactions): docs/fencing.md.
 func (g Guard) Update(ctx context.Context, db DB, token uint64, set, where string, args ...any) (int64, error) {
@@ -279,9 +283,9 @@ func (g Guard) update(ctx context.Context, db DB, token uint64, set, where strin
 		// A misconfigured column, not a stale writer: not counted as a rejection.
 		return 0, fmt.Errorf("fence: update %s: a matching row has a NULL fence, which no fence passes; make the column NOT NULL (see Migration)", g.Table)
 	case !g.admits(*seen, token):
-		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", rejection.Reject(), g.Table, *seen, token)
+		return 0, fmt.Errorf("%w: %s stores fence %d, offered %d", rejection.Reject(g.OnReject), g.Table, *seen, token)
 	case latest != nil && *latest >= 0 && !g.admits(*latest, token):
-		return 0, fmt.Errorf("%w: %s stores fence %d, written while this update waited, offered %d", rejection.Reject(), g.Table, *latest, token)
+		return 0, fmt.Errorf("%w: %s stores fence %d, written while this update waited, offered %d", rejection.Reject(g.OnReject), g.Table, *latest, token)
 	default:
 		return 0, fmt.Errorf("%w: %s, offered fence %d", ErrConflict, g.Table, token)
 	}

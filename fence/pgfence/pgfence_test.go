@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,7 +245,8 @@ const (
 func TestGuardStaleHolder(t *testing.T) {
 	pool := inventory(t)
 	ctx := t.Context()
-	g := Guard{Table: "inventory"}
+	var told atomic.Int64
+	g := Guard{Table: "inventory", OnReject: func() { told.Add(1) }}
 
 	n, err := g.Update(ctx, pool, 41, setQty, whereSKU, 9, "WH-01")
 	require.NoError(t, err)
@@ -259,6 +261,7 @@ func TestGuardStaleHolder(t *testing.T) {
 	assert.Zero(t, n)
 	assert.Contains(t, err.Error(), "stores fence 42, offered 41")
 	assert.Equal(t, before+1, fence.Rejected())
+	assert.Equal(t, int64(1), told.Load(), "one refusal, told to OnReject once")
 	qty, stored := row(t, pool, "WH-01")
 	assert.Equal(t, 8, qty, "the row is unchanged")
 	assert.Equal(t, int64(42), stored)
@@ -302,11 +305,13 @@ func TestGuardComparison(t *testing.T) {
 func TestGuardNoRow(t *testing.T) {
 	pool := inventory(t)
 	before := fence.Rejected()
-	n, err := Guard{Table: "inventory"}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
+	told := false
+	n, err := Guard{Table: "inventory", OnReject: func() { told = true }}.Update(t.Context(), pool, 5, setQty, whereSKU, 1, "WH-99")
 	require.ErrorIs(t, err, ErrNoRow)
 	assert.NotErrorIs(t, err, fence.ErrFenceRejected)
 	assert.Zero(t, n)
 	assert.Equal(t, before, fence.Rejected())
+	assert.False(t, told, "OnReject heard of a write that matched no row")
 }
 
 // TestGuardNullFence: a nullable fence column is a misconfiguration, reported as such and

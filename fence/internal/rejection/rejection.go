@@ -15,8 +15,12 @@ var count atomic.Uint64
 // Count is the number of refused writes so far.
 func Count() uint64 { return count.Load() }
 
-// Reject counts one refused write and returns ErrRejected.
-func Reject() error {
+// Reject counts one refused write, calls hook (a guard's OnReject) unless
+// it is nil, and returns ErrRejected.
+func Reject(hook func()) error {
 	count.Add(1)
+	if hook != nil {
+		hook()
+	}
 	return ErrRejected
 }

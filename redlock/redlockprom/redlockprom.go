@@ -1,0 +1,344 @@
+// Package redlockprom exports what a [redlock.Client] and the fence guards
+// do as Prometheus metrics. A [Metrics] is the client's observer
+// ([redlock.WithObserver]), the guards' OnReject hook and a
+// [prometheus.Collector] to register. It lives apart from redlock so that
+// only programs that use it link the Prometheus client. No label carries a
+// resource name: the series grow with the masters, never with the locks.
+// docs/operations.md, "Metrics and alerts", says what each metric means.
+package redlockprom
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"quorumlock.dev/redlock"
+)
+
+// Label values of the counters, indexed by the constants below.
+var (
+	attemptOutcomes = [...]string{"acquired", "not_acquired", "quorum_unavailable", "fence_unavailable", "unsafe_config", "error"}
+	extendOutcomes  = [...]string{"extended", "not_held", "quorum_unavailable", "error"}
+	renewalReasons  = [...]string{"no_progress", "max_hold", "lease_ran_out", "extend_failed"}
+	votes           = [...]redlock.Vote{redlock.VoteAgreed, redlock.VoteRefused, redlock.VoteFailed, redlock.VoteTimeout, redlock.VoteQuarantined, redlock.VoteSkipped}
+)
+
+const (
+	attemptAcquired = iota
+	attemptNotAcquired
+	attemptQuorumUnavailable
+	attemptFenceUnavailable
+	attemptUnsafeConfig
+	attemptError
+)
+
+const (
+	extendOK = iota
+	extendNotHeld
+	extendQuorumUnavailable
+	extendError
+)
+
+const (
+	renewalNoProgress = iota
+	renewalMaxHold
+	renewalLeaseRanOut
+	renewalExtendFailed
+)
+
+// Buckets of the histograms, in seconds.
+var (
+	// From a loopback round trip to past any sensible node timeout.
+	latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 15) // 100 µs .. 1.6 s
+	// From a lease nearly spent to long leases.
+	validityBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+)
+
+// The observer interfaces of the core that Metrics implements.
+var (
+	_ redlock.Observer           = (*Metrics)(nil)
+	_ redlock.LockObserver       = (*Metrics)(nil)
+	_ redlock.QuarantineObserver = (*Metrics)(nil)
+	_ redlock.DriftObserver      = (*Metrics)(nil)
+)
+
+// Metrics counts a client's acquisitions, votes, extensions, renewal
+// failures, waiters, quarantines and clock drift, and the writes its guards
+// refuse. One Metrics may serve several clients; it is safe for concurrent
+// use, and register it once.
+type Metrics struct {
+	attempts    [len(attemptOutcomes)]prometheus.Counter
+	acquireDur  prometheus.Histogram
+	validity    prometheus.Histogram
+	extensions  [len(extendOutcomes)]prometheus.Counter
+	renewals    [len(renewalReasons)]prometheus.Counter
+	rejected    prometheus.Counter
+	waiters     prometheus.Gauge
+	votes       *prometheus.CounterVec
+	voteDur     *prometheus.HistogramVec
+	quarantined *prometheus.GaugeVec
+	quarantines *prometheus.CounterVec
+	drift       *prometheus.GaugeVec
+	jumps       *prometheus.CounterVec
+	problems    *prometheus.GaugeVec
+	collectors  []prometheus.Collector
+
+	mu      sync.RWMutex
+	masters map[string]*master // by address: bounded by the masters of the clients served
+}
+
+// master holds one master's series, resolved once so that the observer's
+// calls do no label lookup.
+type master struct {
+	votes       [len(votes)]prometheus.Counter
+	voteDur     prometheus.Observer
+	quarantined prometheus.Gauge
+	quarantines prometheus.Counter
+	jumps       prometheus.Counter
+	drift       prometheus.Gauge
+	out         atomic.Bool // quarantined, as last told
+}
+
+var (
+	_ redlock.Observer           = (*Metrics)(nil)
+	_ redlock.LockObserver       = (*Metrics)(nil)
+	_ redlock.QuarantineObserver = (*Metrics)(nil)
+	_ prometheus.Collector       = (*Metrics)(nil)
+)
+
+var validName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// New returns metrics named <namespace>_lock_<name>, for example
+// quorumlock_lock_fence_rejected_total with namespace "quorumlock"; an
+// empty namespace gives lock_<name>. A namespace that is not a Prometheus
+// name gives an error wrapping [redlock.ErrInvalidArgument].
+func New(namespace string) (*Metrics, error) {
+	if namespace != "" && !validName.MatchString(namespace) {
+		return nil, fmt.Errorf("redlockprom: namespace %q is not a Prometheus metric name: %w", namespace, redlock.ErrInvalidArgument)
+	}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: namespace, Subsystem: "lock", Name: name, Help: help}
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.HistogramOpts {
+		o := opts(name, help)
+		return prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}
+	}
+	attempts := prometheus.NewCounterVec(prometheus.CounterOpts(opts("acquire_attempts_total",
+		"Acquisition attempts (TryLock, each attempt of Lock, LockAll) by outcome.")), []string{"outcome"})
+	extensions := prometheus.NewCounterVec(prometheus.CounterOpts(opts("extensions_total",
+		"Extend calls, the renewer's included, by outcome.")), []string{"outcome"})
+	renewals := prometheus.NewCounterVec(prometheus.CounterOpts(opts("renewal_failures_total",
+		"Locks that the renewer of Lock.Renew ended, by reason.")), []string{"reason"})
+	m := &Metrics{
+		acquireDur: prometheus.NewHistogram(histogram("acquire_duration_seconds",
+			"Time an acquisition attempt took, whatever its outcome, the fence's mint included.", latencyBuckets)),
+		validity: prometheus.NewHistogram(histogram("acquired_validity_seconds",
+			"Lease left when a lock was handed out.", validityBuckets)),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts(opts("fence_rejected_total",
+			"Writes that a fence guard refused because the storage had seen a newer fence."))),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts(opts("waiters",
+			"Lock calls waiting to try again after a failed attempt."))),
+		votes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_votes_total",
+			"Answers of each master to acquisition attempts, by vote.")), []string{"master", "vote"}),
+		voteDur: prometheus.NewHistogramVec(histogram("master_vote_duration_seconds",
+			"Time each master took to answer an acquisition attempt.", latencyBuckets), []string{"master"}),
+		quarantined: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("master_quarantined",
+			"1 while a master's votes do not count toward a quorum (restart guard), else 0.")), []string{"master"}),
+		quarantines: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_quarantines_total",
+			"Times a master was put out of the quorum count.")), []string{"master"}),
+		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("master_clock_drift_ratio",
+			"Last measured clock rate of a master relative to the client's, less 1 (0.01: 1% fast).")), []string{"master"}),
+		jumps: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_clock_jumps_total",
+			"Jumps of a master's clock seen by the clock monitor.")), []string{"master"}),
+		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("check_problems",
+			"Findings at status problem in the last Client.Check recorded, by node.")), []string{"node"}),
+		masters: map[string]*master{},
+	}
+	// Every outcome exists from the start, so that a rate is 0, not absent.
+	for i, o := range attemptOutcomes {
+		m.attempts[i] = attempts.WithLabelValues(o)
+	}
+	for i, o := range extendOutcomes {
+		m.extensions[i] = extensions.WithLabelValues(o)
+	}
+	for i, r := range renewalReasons {
+		m.renewals[i] = renewals.WithLabelValues(r)
+	}
+	m.collectors = []prometheus.Collector{attempts, m.acquireDur, m.validity, extensions, renewals, m.rejected,
+		m.waiters, m.votes, m.voteDur, m.quarantined, m.quarantines, m.drift, m.jumps, m.problems}
+	return m, nil
+}
+
+// Describe implements [prometheus.Collector].
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements [prometheus.Collector].
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors {
+		c.Collect(ch)
+	}
+}
+
+// master returns addr's series, made at the first sight of addr.
+func (m *Metrics) master(addr string) *master {
+	m.mu.RLock()
+	s := m.masters[addr]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.masters[addr]; s != nil {
+		return s
+	}
+	s = &master{
+		voteDur:     m.voteDur.WithLabelValues(addr),
+		quarantined: m.quarantined.WithLabelValues(addr),
+		quarantines: m.quarantines.WithLabelValues(addr),
+		jumps:       m.jumps.WithLabelValues(addr),
+	}
+	for i, v := range votes {
+		s.votes[i] = m.votes.WithLabelValues(addr, v.String())
+	}
+	m.masters[addr] = s
+	return s
+}
+
+// Attempted implements [redlock.LockObserver].
+func (m *Metrics) Attempted(took, validity time.Duration, err error) {
+	m.attempts[attemptOutcome(err)].Inc()
+	m.acquireDur.Observe(took.Seconds())
+	if err == nil {
+		m.validity.Observe(validity.Seconds())
+	}
+}
+
+func attemptOutcome(err error) int {
+	switch {
+	case err == nil:
+		return attemptAcquired
+	case errors.Is(err, redlock.ErrUnsafeConfig):
+		return attemptUnsafeConfig
+	case errors.Is(err, redlock.ErrFenceUnavailable):
+		return attemptFenceUnavailable
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		return attemptQuorumUnavailable
+	case errors.Is(err, redlock.ErrNotAcquired):
+		return attemptNotAcquired
+	}
+	return attemptError
+}
+
+// Voted implements [redlock.LockObserver].
+func (m *Metrics) Voted(addr string, vote redlock.Vote, took time.Duration) {
+	s := m.master(addr)
+	if int(vote) < len(s.votes) {
+		s.votes[vote].Inc()
+	}
+	s.voteDur.Observe(took.Seconds())
+}
+
+// Extended implements [redlock.LockObserver].
+func (m *Metrics) Extended(err error) {
+	i := extendError
+	switch {
+	case err == nil:
+		i = extendOK
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		i = extendQuorumUnavailable
+	case errors.Is(err, redlock.ErrLockNotHeld):
+		i = extendNotHeld
+	}
+	m.extensions[i].Inc()
+}
+
+// Waiting implements [redlock.LockObserver].
+func (m *Metrics) Waiting(delta int) { m.waiters.Add(float64(delta)) }
+
+// RenewalFailed implements [redlock.Observer]. The resource is not a label.
+func (m *Metrics) RenewalFailed(_ string, reason error) {
+	i := renewalExtendFailed
+	switch {
+	case errors.Is(reason, redlock.ErrNoProgress):
+		i = renewalNoProgress
+	case errors.Is(reason, redlock.ErrMaxHold):
+		i = renewalMaxHold
+	case errors.Is(reason, redlock.ErrLockLost):
+		i = renewalLeaseRanOut
+	}
+	m.renewals[i].Inc()
+}
+
+// MasterQuarantined implements [redlock.QuarantineObserver]. A quarantine
+// whose end moves later is counted once.
+func (m *Metrics) MasterQuarantined(addr string, _ time.Time) {
+	s := m.master(addr)
+	s.quarantined.Set(1)
+	if !s.out.Swap(true) {
+		s.quarantines.Inc()
+	}
+}
+
+// MasterRestored implements [redlock.QuarantineObserver].
+func (m *Metrics) MasterRestored(addr string) {
+	s := m.master(addr)
+	s.quarantined.Set(0)
+	s.out.Store(false)
+}
+
+// MasterDrift implements the clock monitor's redlock.DriftObserver: rate
+// is the master's clock rate relative to the client's.
+func (m *Metrics) MasterDrift(addr string, rate float64) {
+	s := m.master(addr)
+	m.mu.Lock()
+	if s.drift == nil {
+		s.drift = m.drift.WithLabelValues(addr) // absent until measured: 0 would claim a measurement
+	}
+	g := s.drift
+	m.mu.Unlock()
+	g.Set(rate - 1)
+}
+
+// MasterClockJumped implements the clock monitor's redlock.DriftObserver.
+func (m *Metrics) MasterClockJumped(addr string, _ time.Duration) {
+	m.master(addr).jumps.Inc()
+}
+
+// FenceRejected counts one write refused by a guard: pass it as the
+// guard's hook, fence.RedisGuard{OnReject: m.FenceRejected} or
+// pgfence.Guard{..., OnReject: m.FenceRejected}.
+func (m *Metrics) FenceRejected() { m.rejected.Inc() }
+
+// RecordCheck sets, for each node of r (a [redlock.Client.Check] report),
+// the number of its findings at [redlock.Problem]. Call it with each
+// scheduled Check; a node is named by its address, or by its place
+// ("master 0", "fence counter") when it has none.
+func (m *Metrics) RecordCheck(r redlock.Report) {
+	nodes := r.Masters
+	if r.Fence != nil {
+		nodes = append(nodes[:len(nodes):len(nodes)], *r.Fence)
+	}
+	for _, n := range nodes {
+		bad := 0
+		for _, f := range n.Findings {
+			if f.Status == redlock.Problem {
+				bad++
+			}
+		}
+		name := n.Addr
+		if name == "" {
+			name = n.Node
+		}
+		m.problems.WithLabelValues(name).Set(float64(bad))
+	}
+}
