@@ -96,11 +96,11 @@ func New(kv KV, opts ...Option) (*Minter, error) {
 
 // Mint puts an empty value to fence:<resource> and returns the revision of
 // that Put: more than every fence minted before it, for any resource, by any
-// process on the cluster. A member without a leader refuses the Put and
-// another is tried (clientv3.WithRequireLeader); a Put refused as
-// Unavailable is sent again until ctx or the Minter's timeout ends. A Put
-// whose answer was lost may still be applied: that leaves a gap, never a
-// repeat.
+// process on the cluster. A member that has no leader refuses the Put at
+// once (clientv3.WithRequireLeader). A Put refused as Unavailable, or not
+// answered within a second, is sent again, until ctx or the Minter's
+// timeout ends. A Put whose answer was lost may still be applied: that
+// leaves a gap, never a repeat.
 func (m *Minter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)

@@ -197,9 +197,10 @@ func TestMintFailsWithoutQuorum(t *testing.T) {
 		name     string
 		deadline time.Duration // 0: none
 		bound    time.Duration
+		noLeader bool // the lone member has had time to see that it has no leader
 	}{
-		{"caller's deadline", 400 * time.Millisecond, 400 * time.Millisecond},
-		{"Minter's timeout", 0, timeout},
+		{"caller's deadline", 400 * time.Millisecond, 400 * time.Millisecond, false},
+		{"Minter's timeout", 0, timeout, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -213,6 +214,11 @@ func TestMintFailsWithoutQuorum(t *testing.T) {
 			took := time.Since(start)
 			assert.Zero(t, v)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
+			if tc.noLeader {
+				// It refused the Puts (clientv3.WithRequireLeader) rather than
+				// holding them, so that a client could have tried another member.
+				assert.ErrorIs(t, err, rpctypes.ErrNoLeader)
+			}
 			assert.GreaterOrEqual(t, took, tc.bound-10*time.Millisecond)
 			// Room for a loaded machine, far below what etcd's own request
 			// timeout (5 s and two election timeouts) would take.
