@@ -97,9 +97,9 @@ func New(kv KV, opts ...Option) (*Minter, error) {
 // Mint puts an empty value to fence:<resource> and returns the revision of
 // that Put: more than every fence minted before it, for any resource, by any
 // process on the cluster. A member that has no leader refuses the Put at
-// once (clientv3.WithRequireLeader). A Put refused as Unavailable, or not
-// answered within a second, is sent again, until ctx or the Minter's
-// timeout ends. A Put whose answer was lost may still be applied: that
+// once (clientv3.WithRequireLeader). A Put refused as Unavailable or
+// Unknown (a member stopping), or not answered within a second, is sent
+// again, until ctx or the Minter's timeout ends. A Put whose answer was lost may still be applied: that
 // leaves a gap, never a repeat.
 func (m *Minter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
@@ -185,9 +185,11 @@ func (m *Minter) attempt(ctx context.Context, key string) (int64, error) {
 }
 
 // again reports an error after which the Put may be sent again: no answer
-// in time, or etcd or gRPC said Unavailable (no leader, leader changed, a
-// member stopping, a lost connection). Such a Put may still have been
-// applied; sending it again costs a revision, not a repeat.
+// in time; etcd or gRPC said Unavailable (no leader, leader changed, a
+// member stopping, a lost connection); or a member answered Unknown, as it
+// does for the errors of its Raft node ("raft: stopped" while it shuts
+// down, "raft proposal dropped" while it has no leader). Such a Put may
+// still have been applied; sending it again costs a revision, not a repeat.
 func again(err error) bool {
 	if errors.Is(err, errAttempt) {
 		return true
@@ -197,5 +199,5 @@ func again(err error) bool {
 		return e.Code() == codes.Unavailable
 	}
 	s, ok := status.FromError(err)
-	return ok && s.Code() == codes.Unavailable
+	return ok && (s.Code() == codes.Unavailable || s.Code() == codes.Unknown)
 }
