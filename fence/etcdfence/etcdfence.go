@@ -99,8 +99,8 @@ func New(kv KV, opts ...Option) (*Minter, error) {
 // process on the cluster. A member that has no leader refuses the Put at
 // once (clientv3.WithRequireLeader). A Put refused as Unavailable or
 // Unknown (a member stopping), or not answered within a second, is sent
-// again, until ctx or the Minter's timeout ends. A Put whose answer was lost may still be applied: that
-// leaves a gap, never a repeat.
+// again, until ctx or the Minter's timeout ends. A Put whose answer was
+// lost may still be applied: that leaves a gap, never a repeat.
 func (m *Minter) Mint(ctx context.Context, resource string) (uint64, error) {
 	if resource == "" {
 		return 0, fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
