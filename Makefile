@@ -9,14 +9,21 @@ COUNT   ?= 1
 
 .PHONY: test bench bench-redis bench-fencing chaos soak gobench lint fuzz deps clean
 
+# Nested modules, each with its own go.mod so that the core's build links none of their
+# dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests). ./...
+# stops at their directories: test, lint and deps run them one by one.
+MODULES ?= fence/etcdfence
+
 # Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
 # very run, so recipes that need initdb and postgres look for them when they start.
 WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | tail -n 1)"
 
 # Every test, with the race detector, after vet and a gofmt check. One package at a time (-p 1):
 # the fault and load tests start real servers and must not share two cores with another package's.
+# Then the nested modules' tests.
 test: deps lint
 	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
+	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 5m ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
 bench:
@@ -55,6 +62,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...); done
 
 # A short run of each fuzz target.
 fuzz:
@@ -77,6 +85,7 @@ deps:
 		fi; \
 	fi
 	$(GO) mod download
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod download); done
 
 clean:
 	$(GO) clean -testcache
