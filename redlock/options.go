@@ -115,8 +115,10 @@ const DefaultFairEntryTTL = time.Second
 // hands a released lock to its head (see docs/design.md, "Fair handoff").
 // A waiter's entry expires entryTTL after its last attempt (it refreshes
 // it every entryTTL/3), so one that died blocks the queue at most that
-// long. 0, the default, turns it off; otherwise it must be at least 4 node
-// timeouts. Use one setting for every client of a resource.
+// long. When the head is a waiter of the releasing client, Unlock hands it
+// the lock in its own release round (no round of the waiter's, no
+// message). 0, the default, turns it off; otherwise it must be at least 4
+// node timeouts. Use one setting for every client of a resource.
 func WithFairness(entryTTL time.Duration) Option {
 	return func(c *config) { c.fairTTL = entryTTL }
 }
