@@ -61,6 +61,7 @@ gobench: deps
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@if git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- . >/dev/null 2>&1; then echo "merge conflict markers:"; git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- .; exit 1; fi
 	$(GO) vet $(PKGS)
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...); done
 
