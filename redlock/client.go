@@ -67,7 +67,9 @@ type Client struct {
 	cluster bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
 	guard   *restartGuard // nil without WithRestartGuard
 	local   locals        // fair waiters that a release may hand the lock to
-	handed  atomic.Uint64 // locks handed to a waiter of this client by its releases
+	handed  atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
+	passed  atomic.Uint64 // ... and without a round (see passOn)
+	tag     string        // 8 hex digits in the ids of this client's queued waiters
 }
 
 // New returns a client over masters, the Redis clients the caller already
@@ -102,6 +104,7 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		quorum:  quorum.Majority(len(masters)),
 		group:   quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
 		cfg:     cfg,
+		tag:     fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	seen := make(map[string]int, len(masters))
 	for i, m := range masters {
@@ -217,7 +220,9 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		if q != nil {
 			c.unlist(ctx, q, took)
-			c.dequeue(ctx, q, won)
+			if took == nil || !took.passed {
+				c.dequeue(ctx, q, won) // a lock passed on carries our entry in its stale list
+			}
 		}
 	}()
 	var (
@@ -225,12 +230,20 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		handed *Lock        // one it handed us
 	)
 	if c.cfg.fairTTL > 0 && c.waitedOn("lock:"+resource) {
-		// Waiters of ours are queued: a plain SET NX would lose. Queue at
-		// once, behind them.
+		// Waiters of ours are queued: a plain SET NX would lose. Queue
+		// behind them, here first: our entry goes to the masters when we
+		// are next in line (a release nudges us), or at the refresh.
 		key := "lock:" + resource
 		w = c.join(key)
 		if q = c.enqueue(key, ttl, w); q != nil {
 			w.setID(q.id)
+			c.list(q)
+			grant = q.grant
+			h, err := c.awaitTurn(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			handed = h
 		}
 	}
 	for n := 1; ; n++ {
@@ -251,8 +264,10 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			handed = nil
 			if err == nil {
 				took, won = l, l.round
-				if c.raced(q) {
-					won = nil // our entry may be back where the handoff removed it
+				if l.passed || c.raced(q) {
+					// Our entry is still queued (a lock passed on removes
+					// none), or may be back where the handoff removed it.
+					won = nil
 				}
 				return l, nil
 			}

@@ -43,7 +43,7 @@ const reserved = "q"
 
 // queued is one Lock call that waits in the masters' queues.
 type queued struct {
-	id     string   // the stamp and a tiebreak in fixed-width hex: sorts like (stamp, tiebreak)
+	id     string   // the stamp, the client's tag and a tiebreak in fixed-width hex: sorts like (stamp, tag, tiebreak)
 	stamp  string   // µs since the Unix epoch, the entry's score
 	keys   []string // lock key, queue, entry deadlines
 	ttlMS  int64    // the entry's TTL
@@ -105,7 +105,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 	}
 	now := time.Now().UnixMicro()
 	return &queued{
-		id:      fmt.Sprintf("%014x%016x", now, rand.Uint64()),
+		id:      fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32()),
 		stamp:   strconv.FormatInt(now, 10),
 		keys:    []string{key, q, e},
 		ttlMS:   c.cfg.fairTTL.Milliseconds(),
@@ -119,19 +119,20 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 
 // fairCall is one queued attempt on master i: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := fairLockScript.Run(ctx, c.masters[i], q.keys, token, ttlMS, q.id, q.stamp, q.ttlMS).Slice()
+	vals, err := fairLockScript.Run(ctx, c.masters[i], q.keys, token, ttlMS, q.id, q.stamp, q.ttlMS, c.tag).Slice()
 	if err != nil {
 		return false, err
 	}
 	if len(vals) == 1 && vals[0] == int64(1) {
 		return true, nil
 	}
-	if len(vals) != 3 {
+	if len(vals) != 4 {
 		return false, fmt.Errorf("redlock: fair lock script replied %v", vals)
 	}
 	r := holderReply{}
 	r.token, _ = vals[1].(string)
 	r.pttl, r.ok = vals[2].(int64)
+	r.oursAhead = vals[3] == int64(1)
 	rep.set(i, r)
 	return false, nil
 }
@@ -154,6 +155,7 @@ func (c *Client) readyQueued(ctx context.Context, w *waiter) bool {
 // head wakes it, and it wakes in time to refresh its entry.
 func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
 	replies := q.last.snapshot()
+	c.setOursAhead(q, replies)
 	free, known, holder := wakeAfter(round, replies, c.quorum)
 	w.setHolder(holder)
 	// The masters held by a token must publish its release; a majority is

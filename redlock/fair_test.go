@@ -142,7 +142,13 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	gaveUp := lockAsync(quitter, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
 	later := lockAsync(ctx, c, res, time.Minute)
-	queuedOn(t, admin, res, 2)
+	// A waiter that finds one of its client's queued waits here first:
+	// its entry goes to the masters when it is next in line.
+	require.Eventually(t, func() bool {
+		c.local.mu.Lock()
+		defer c.local.mu.Unlock()
+		return len(c.local.m["lock:"+res]) == 2
+	}, 5*time.Second, time.Millisecond)
 	quit()
 	r := <-gaveUp
 	require.ErrorIs(t, r.err, context.Canceled)
@@ -206,10 +212,12 @@ func TestFairDeadWaiter(t *testing.T) {
 func TestFairMutualExclusion(t *testing.T) {
 	masters, _ := waitMasters(t, 5)
 	res := resourceName(t)
+	// Node timeouts with room for -race on a loaded machine: a release
+	// that misses one fails Unlock, and the test is about exclusion.
 	clients := []*Client{
-		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL)),
-		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL)),
-		newTestClient(t, masters),
+		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
+		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
+		newTestClient(t, masters, WithNodeTimeout(250*time.Millisecond)),
 	}
 	for _, c := range clients {
 		t.Cleanup(func() { _ = c.Close() })

@@ -58,6 +58,7 @@ type grantable struct {
 	attempting bool          // an attempt of ours is running
 	attempts   uint64        // attempts started
 	pending    bool          // the last attempt left calls that outlived its round
+	oursAhead  bool          // the last attempt saw only this client's waiters ahead (setOursAhead)
 	// What a releaser saw when it picked us: an attempt of ours may have
 	// put our entry back after the handoff removed it.
 	pickAttempts   uint64
@@ -86,11 +87,15 @@ func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
 	c.local.mu.Lock()
 	if q.listed {
 		key := q.keys[0]
+		first := len(c.local.m[key]) > 0 && c.local.m[key][0] == q
 		ws := slices.DeleteFunc(c.local.m[key], func(o *queued) bool { return o == q })
 		if len(ws) == 0 {
 			delete(c.local.m, key)
 		} else {
 			c.local.m[key] = ws
+			if first {
+				signal(ws[0].wake) // next in line now: see awaitTurn
+			}
 		}
 		q.listed = false
 	}
@@ -102,6 +107,27 @@ func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
 	c.local.mu.Unlock()
 	if left != nil && left != took {
 		left.abandonHanded(ctx)
+	}
+}
+
+// awaitTurn is the first wait of a Lock call that found waiters of its
+// client queued on the resource: listed here, with no entry on the
+// masters yet, it waits for a lock passed to it, for the nudge that makes
+// it next in line (deliver), or for the entry's refresh interval, and
+// then makes its first queued attempt. One fair_lock.lua round per
+// handoff instead of one per waiter that queues.
+func (c *Client) awaitTurn(ctx context.Context, q *queued) (*Lock, error) {
+	t := time.NewTimer(c.cfg.fairTTL / 3)
+	defer t.Stop()
+	select {
+	case l := <-q.grant:
+		return l, nil
+	case <-q.wake:
+		return nil, nil
+	case <-t.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, errors.Join(ErrNotAcquired, ctx.Err())
 	}
 }
 
@@ -125,17 +151,100 @@ func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
 }
 
 // pick returns the first listed waiter on key that no releaser is handing
-// a lock to, marked as picked, or nil.
-func (c *Client) pick(key string) *queued {
+// a lock to, marked as picked, or nil; and whether its last attempt found
+// only waiters of this client queued ahead of it.
+func (c *Client) pick(key string) (*queued, bool) {
 	c.local.mu.Lock()
 	defer c.local.mu.Unlock()
 	for _, q := range c.local.m[key] {
 		if !q.granting && len(q.grant) == 0 {
 			q.granting = true
 			q.pickAttempts, q.pickAttempting = q.attempts, q.attempting || q.pending
-			return q
+			return q, q.oursAhead
 		}
 	}
+	return nil, false
+}
+
+// setOursAhead records what q's last attempt found ahead of it: true when
+// every master that answered saw only waiters of this client ahead, and a
+// majority answered.
+func (c *Client) setOursAhead(q *queued, replies []holderReply) {
+	answered, ours := 0, true
+	for _, r := range replies {
+		if r.ok {
+			answered++
+			ours = ours && r.oursAhead
+		}
+	}
+	c.local.mu.Lock()
+	q.oursAhead = ours && answered >= c.quorum
+	c.local.mu.Unlock()
+}
+
+// passable reports whether a lease that ends at until (untilBoot on the
+// clock that counts suspend) has at least three quarters of q's lease left:
+// enough to pass it on to q as it is.
+func (c *Client) passable(q *queued, until time.Time, untilBoot time.Duration) bool {
+	lease := q.lockTTL - clockdrift.Allowance(q.lockTTL, c.cfg.driftFactor, c.cfg.driftConstant)
+	now, boot := c.clock.now()
+	left := min(until.Sub(now), untilBoot-boot)
+	return left >= lease/4*3
+}
+
+// staleBatch is how many entries a chain of passes leaves queued before
+// they are removed in the background.
+const staleBatch = 16
+
+func strs(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// dropEntries removes the queue entries ids of keys (the lock key, its
+// queue and deadlines) from every master, in the background, each master
+// bounded by the node timeout; an entry a master misses expires.
+func (c *Client) dropEntries(ctx context.Context, keys []string, ids []string) {
+	args := strs(ids)
+	ctx = context.WithoutCancel(ctx)
+	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+		ok, probe := c.enter(i)
+		if !ok {
+			return false, errStuck
+		}
+		err := fairLeaveScript.Run(ctx, c.masters[i], keys, args...).Err()
+		c.exit(i, probe, err)
+		return err == nil, err
+	})
+}
+
+// passOn is Unlock when q, a waiter of this client, heads the queue behind
+// waiters of this client only, and the lease has most of q's TTL left: the
+// lock passes to q in-process, with no round. q's Lock has l's token,
+// keys and lease (its Until is l's); it mints its own fence. The masters
+// see nothing: their keys hold the same token until the same expiry, so
+// mutual exclusion is l's, and l has ended before q's Lock exists. Waiters
+// of other clients keep their place: q was ahead of them by its stamp.
+func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot time.Duration) error {
+	c := l.c
+	next := &Lock{c: c, resource: l.resource, key: l.key, keys: l.keys, token: l.token, args: l.args,
+		round: l.round, queued: l.queued, passed: true, until: until, untilBoot: untilBoot}
+	// q's entry stays queued: the release that ends this chain of passes
+	// removes it, or a batch in the background once there are enough.
+	next.stale = append(l.stale[:len(l.stale):len(l.stale)], q.id)
+	if len(next.stale) >= staleBatch {
+		c.dropEntries(ctx, q.keys, next.stale)
+		next.stale = nil
+	}
+	c.passed.Add(1)
+	if obs := c.cfg.lockObs; obs != nil {
+		now, _ := c.clock.now()
+		obs.Attempted(0, until.Sub(now), nil)
+	}
+	c.deliver(ctx, q, next)
 	return nil
 }
 
@@ -147,13 +256,19 @@ func (c *Client) raced(q *queued) bool {
 	return q.pickAttempting || q.attempts != q.pickAttempts
 }
 
-// deliver ends a handoff to q: l, when not nil, is the lock it took.
+// deliver ends a handoff to q: l, when not nil, is the lock it took; the
+// waiter listed after q is then next in line, and is nudged to put its
+// entry on the masters (see awaitTurn).
 func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
 	c.local.mu.Lock()
 	q.granting = false
 	if l != nil && q.listed {
 		q.grant <- l // cap 1, and one handoff at a time
 		l = nil
+		ws := c.local.m[q.keys[0]]
+		if i := slices.Index(ws, q); i >= 0 && i+1 < len(ws) {
+			signal(ws[i+1].wake)
+		}
 	}
 	c.local.mu.Unlock()
 	if l != nil {
@@ -201,7 +316,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			answered <- struct{}{}
 			return false, errStuck
 		}
-		n, err := releaseScript.Run(ctx, c.masters[i], l.keys, l.token, q.id, next.token, ttl.Milliseconds()).Int64()
+		n, err := releaseScript.Run(ctx, c.masters[i], l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...).Int64()
 		c.exit(i, probe, err)
 		if err != nil {
 			replies[i].Store(-1)
@@ -252,13 +367,13 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		c.deliver(ctx, q, nil)
 	}
 
-	return l.handedOutcome(round, who, replies, answered)
+	return l.handedOutcome(old, round, who, replies, answered)
 }
 
 // handedOutcome is Unlock's outcome of a handoff round: it waits, at most
 // until the round's calls end, until the releases that held our token make
 // a majority or can no longer.
-func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
+func (l *Lock) handedOutcome(old, round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
 	c := l.c
 	var timer *time.Timer
 	for {
@@ -271,6 +386,13 @@ func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []
 				failed++
 			case n == 0 && who[i].Load() == byHandoff:
 				open++ // still running
+			case n == 0:
+				// Left to the plain release because our acquiring call
+				// there failed or had not returned: unknown, as a release
+				// still running is on Unlock's plain path.
+				if _, err, ok := old.Returned(i); !ok || (err != nil && !c.neverSent(i, err)) {
+					failed++
+				}
 			}
 		}
 		switch {

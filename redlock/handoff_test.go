@@ -12,8 +12,9 @@ import (
 )
 
 // TestFairDirectHandoff: a release hands the lock to a queued waiter of the
-// same client in its own round: the waiter's key is on every master, its
-// entry is gone, and no reservation is left.
+// same client in its own round (the holder's lease has too little of the
+// waiter's TTL left to pass it on as it is): the waiter's key is on every
+// master, its entry is gone, and no reservation is left.
 func TestFairDirectHandoff(t *testing.T) {
 	masters, admin := waitMasters(t, 5)
 	res := resourceName(t)
@@ -21,7 +22,7 @@ func TestFairDirectHandoff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder, err := c.TryLock(ctx, res, time.Minute)
+	holder, err := c.TryLock(ctx, res, 30*time.Second)
 	require.NoError(t, err)
 	heldEverywhere(t, admin, res, holder)
 	waiting := lockAsync(ctx, c, res, time.Minute)
@@ -30,6 +31,7 @@ func TestFairDirectHandoff(t *testing.T) {
 	w := <-waiting
 	require.NoError(t, w.err)
 	assert.Equal(t, uint64(1), c.handed.Load(), "the lock was not handed over by the release")
+	assert.Zero(t, c.passed.Load(), "passed on a lease with half the waiter's TTL")
 	assert.NotEqual(t, holder.Token(), w.l.Token())
 	heldEverywhere(t, admin, res, w.l)
 	queuedOn(t, admin, res, 0)
@@ -71,6 +73,7 @@ func TestFairHandoffKeepsOrderAcrossClients(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	assert.Zero(t, mine.handed.Load(), "handed to a waiter that was not the head")
+	assert.Zero(t, mine.passed.Load(), "passed on over a waiter of another client")
 	require.NoError(t, r.l.Unlock(ctx))
 	s := <-second
 	require.NoError(t, s.err)
@@ -122,8 +125,9 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int32(1), most.Load(), "two holders at once")
 	assert.Equal(t, int32(workers*perWorker), sections.Load()+gaveUp.Load())
-	assert.Greater(t, c.handed.Load(), uint64(sections.Load()/2), "fewer than half the sections were handed over directly")
-	t.Logf("%d sections, %d handed over directly, %d gave up", sections.Load(), c.handed.Load(), gaveUp.Load())
+	direct := c.handed.Load() + c.passed.Load()
+	assert.Greater(t, direct, uint64(sections.Load()/2), "fewer than half the sections were handed over directly")
+	t.Logf("%d sections, %d handed over in a round, %d passed on, %d gave up", sections.Load(), c.handed.Load(), c.passed.Load(), gaveUp.Load())
 	q, e, _ := queueKeys("lock:" + res)
 	// Entries of waiters that gave up while a call was in flight expire
 	// with the entry TTL; nothing lives longer.
@@ -135,4 +139,101 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 		}
 		return true
 	}, 2*DefaultFairEntryTTL, 10*time.Millisecond, "a key, queue or reservation outlived the waiters")
+}
+
+// TestFairPassOn: when only waiters of the releasing client are queued
+// ahead of the head and the lease has most of the head's TTL left, the lock
+// passes to it with no round: same token and lease, a fence of its own, the
+// masters untouched; its entry leaves the queue, and its Unlock frees the
+// key.
+func TestFairPassOn(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	minter := &countingMinter{}
+	c := newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond), WithFence(minter))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder, err := c.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	waiting := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	require.NoError(t, holder.Unlock(ctx))
+	w := <-waiting
+	require.NoError(t, w.err)
+	assert.Equal(t, uint64(1), c.passed.Load(), "not passed on")
+	assert.Zero(t, c.handed.Load())
+	assert.Equal(t, holder.Token(), w.l.Token())
+	assert.Equal(t, holder.Until(), w.l.Until(), "a passed lock has its predecessor's lease")
+	f0, _ := holder.Fence()
+	f1, ok := w.l.Fence()
+	require.True(t, ok)
+	assert.Greater(t, f1, f0, "the new holder has no fence of its own")
+	assert.ErrorIs(t, holder.Unlock(ctx), ErrLockNotHeld, "the first holder can still release")
+	heldEverywhere(t, admin, res, w.l)
+	// Its entry stays queued while it holds (the release removes it),
+	// unless it expires first.
+	assert.Equal(t, []string{w.l.stale[0]}, w.l.stale)
+	require.NoError(t, w.l.Extend(ctx, time.Minute), "the new holder cannot extend")
+	require.NoError(t, w.l.Unlock(ctx))
+	q, e, _ := queueKeys("lock:" + res)
+	assert.Eventually(t, func() bool {
+		for _, a := range admin {
+			if n, err := a.Exists(ctx, q, e, "lock:"+res).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, DefaultFairEntryTTL/2, time.Millisecond, "a key, queue or reservation is left")
+}
+
+// TestFairPassKeepsOrderAcrossClients: a lock passed on in-process within
+// one client never overtakes a waiter of another client that queued
+// earlier: holder and first waiter of one client, then a waiter of another,
+// then a second waiter of the first client; the lock goes holder, first
+// waiter (passed on), the other client's waiter, second waiter.
+func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	mine := fairClient(t, masters, DefaultFairEntryTTL)
+	other := fairClient(t, masters, DefaultFairEntryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder, err := mine.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, res, holder)
+	first := lockAsync(ctx, mine, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	theirs := lockAsync(ctx, other, res, time.Minute)
+	queuedOn(t, admin, res, 2)
+	second := lockAsync(ctx, mine, res, time.Minute)
+	// second queues here first: it puts its entry on the masters when next
+	// in line, or at the refresh; either way its stamp is the latest.
+	require.Eventually(t, func() bool { return mine.waitedOn("lock:" + res) }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, holder.Unlock(ctx))
+
+	f := <-first
+	require.NoError(t, f.err)
+	assert.Equal(t, uint64(1), mine.passed.Load(), "the first waiter was not passed the lock in-process")
+	require.NoError(t, f.l.Unlock(ctx))
+	var got lockResult
+	select {
+	case got = <-theirs:
+		require.NoError(t, got.err)
+	case s := <-second:
+		t.Fatalf("the second waiter of the releasing client overtook the other client's (err %v)", s.err)
+	}
+	select {
+	case s := <-second:
+		t.Fatalf("the second waiter got the lock while the other client held it (err %v)", s.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, got.l.Unlock(ctx))
+	s := <-second
+	require.NoError(t, s.err)
+	require.NoError(t, s.l.Unlock(ctx))
 }

@@ -34,6 +34,8 @@ type Lock struct {
 	fences   []uint64      // their fences, in the same order; nil for one resource
 	round    *quorum.Round // the acquiring round; releases wait for its calls
 	queued   bool          // round was a queued waiter's (fair_lock.lua)
+	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
+	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
 
 	op sync.Mutex // serialises Unlock and Extend
 
@@ -84,6 +86,10 @@ func (l *Lock) Fences() ([]uint64, bool) {
 }
 
 // Token is the random value that marks this holder's keys on the masters.
+// A lock passed on in-process between waiters of one client (see
+// [WithFairness]) keeps its predecessor's token: the keys are the same.
+// Storage that must tell holders apart uses the fence, which each holder
+// mints anew.
 func (l *Lock) Token() string { return l.token }
 
 // Fence returns the lock's fencing token and true, or 0 and false when the
@@ -93,8 +99,10 @@ func (l *Lock) Fence() (uint64, bool) { return l.fence, l.fenced }
 // Until is the end of the lease: the start of the acquiring (or last
 // extending) attempt plus the TTL, less the drift allowance, on the local
 // monotonic clock, or earlier when the machine was suspended meanwhile (the
-// masters' keys expired during the suspend). Work that must finish under
-// the lock must finish before Until.
+// masters' keys expired during the suspend). A lock passed on in-process
+// (see [WithFairness]) keeps its predecessor's Until, at least three
+// quarters of its own lease away when it is passed. Work that must finish
+// under the lock must finish before Until.
 func (l *Lock) Until() time.Time {
 	l.mu.Lock()
 	until, boot := l.until, l.untilBoot
@@ -207,10 +215,14 @@ func (l *Lock) unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: already unlocked", ErrLockNotHeld)
 	}
 	l.unlocked = true
+	until, untilBoot := l.until, l.untilBoot
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
 	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
-		if q := l.c.pick(l.key); q != nil {
+		if q, oursAhead := l.c.pick(l.key); q != nil {
+			if oursAhead && l.c.passable(q, until, untilBoot) {
+				return l.passOn(ctx, q, until, untilBoot)
+			}
 			return l.handOff(ctx, q)
 		}
 	}
@@ -326,7 +338,11 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 
 // releaseOne runs the compare-and-delete on master i and records it in r.
 func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
-	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, l.args...).Int64()
+	args := l.args
+	if len(l.stale) > 0 {
+		args = append([]any{l.token, "", "", 0}, strs(l.stale)...)
+	}
+	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, args...).Int64()
 	switch {
 	case err != nil:
 		r.e = err

@@ -452,9 +452,10 @@ func (w *waiter) listening(ctx context.Context, quorum int, timeout time.Duratio
 
 // holderReply is what the holder script said on one master.
 type holderReply struct {
-	ok    bool
-	token string
-	pttl  int64 // ms; -2 no key, -1 no expiry
+	ok        bool
+	token     string
+	pttl      int64 // ms; -2 no key, -1 no expiry
+	oursAhead bool  // fair_lock.lua: every waiter queued ahead is of this client
 }
 
 // plan prepares w for the wait after the lost round: it returns how long

@@ -3,10 +3,11 @@
 -- waiters whose entries have not expired; otherwise enqueue us, or refresh our entry.
 -- KEYS[1] lock key, KEYS[2] queue (member: our id, score: our arrival stamp in µs), KEYS[3] the
 -- entries' deadlines (member: id, score: server time in ms).
--- ARGV[1] token, ARGV[2] lock TTL in ms, ARGV[3] id, ARGV[4] stamp, ARGV[5] entry TTL in ms.
+-- ARGV[1] token, ARGV[2] lock TTL in ms, ARGV[3] id, ARGV[4] stamp, ARGV[5] entry TTL in ms,
+-- ARGV[6] our client's tag (the ids of its waiters hold it at characters 15-22).
 -- Returns {1} when the key is ours (and our entry is gone), else {0, value of the key or false,
 -- ms until it may be free: the key's PTTL, or, when the key is free for another head, until
--- that head's entry expires}.
+-- that head's entry expires, 1 if every entry ahead of ours is of our client (else 0)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -32,11 +33,22 @@ for k = 2, 3 do
     redis.call('PEXPIRE', KEYS[k], ttl)
   end
 end
+local ours = 1
+local rank = redis.call('ZRANK', KEYS[2], ARGV[3])
+if rank and rank > 0 then
+  local ahead = redis.call('ZRANGE', KEYS[2], 0, rank - 1)
+  for i = 1, #ahead do
+    if string.sub(ahead[i], 15, 22) ~= ARGV[6] then
+      ours = 0
+      break
+    end
+  end
+end
 if v and v ~= 'q' then
-  return {0, v, redis.call('PTTL', KEYS[1])}
+  return {0, v, redis.call('PTTL', KEYS[1]), ours}
 end
 local until_ = redis.call('ZSCORE', KEYS[3], head)
 if not until_ then
-  return {0, v, ttl}
+  return {0, v, ttl, ours}
 end
-return {0, v, math.max(0, tonumber(until_) - now)}
+return {0, v, math.max(0, tonumber(until_) - now), ours}

@@ -9,16 +9,18 @@
 -- ARGV[3] its new token, ARGV[4] its TTL in ms: when that waiter is the head, the key is set to its
 -- token at once and its entry removed, whether the key held our token or was free for the head
 -- (absent, or the reservation, as fair_lock.lua would take it); nothing is published, since the
--- waiter is told in-process.
+-- waiter is told in-process. ARGV[2] '' is no handoff.
+-- ARGV[5], ARGV[6], ...: entries to remove from the queue first (waiters of our client that took
+-- the lock in-process and left their entries behind, see passOn in handoff.go).
 -- KEYS the lock keys (one, or a lock's several resources), ARGV[1] token.
 -- Returns 1 if every key held our token (and is now released), 2 if it held our token and was
 -- handed to ARGV[2], 3 if it was free and handed to ARGV[2], 0 otherwise.
+local to = ARGV[2]
+if to == '' then
+  to = nil
+end
+
 local function release(key)
-  local v = redis.call('GET', key)
-  local ours = v == ARGV[1]
-  if not ours and not (ARGV[2] and (not v or v == 'q')) then
-    return 0
-  end
   local r = string.sub(key, 6)
   local o = string.find(r, '{', 1, true)
   local c = o and string.find(r, '}', o + 1, true)
@@ -27,6 +29,17 @@ local function release(key)
     q, e = 'lockq:' .. r, 'lockt:' .. r
   elseif not string.find(r, '}', 1, true) then
     q, e = 'lockqu:{' .. key .. '}', 'locktu:{' .. key .. '}'
+  end
+  if q then
+    for i = 5, #ARGV do
+      redis.call('ZREM', q, ARGV[i])
+      redis.call('ZREM', e, ARGV[i])
+    end
+  end
+  local v = redis.call('GET', key)
+  local ours = v == ARGV[1]
+  if not ours and not (to and (not v or v == 'q')) then
+    return 0
   end
   if q and redis.call('EXISTS', e) == 1 then
     local t = redis.call('TIME')
@@ -37,7 +50,7 @@ local function release(key)
     end
     redis.call('ZREMRANGEBYSCORE', e, '-inf', now)
     local head = redis.call('ZRANGE', q, 0, 0)[1]
-    if head and head == ARGV[2] then
+    if head and head == to then
       redis.call('SET', key, ARGV[3], 'PX', ARGV[4])
       redis.call('ZREM', q, head)
       redis.call('ZREM', e, head)
