@@ -255,12 +255,12 @@ func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
 		lockers = append(lockers, l)
 	}
 	var (
-		mu        sync.Mutex
-		hist      = hdrhistogram.New(1, 600_000_000, 3)
-		row       = Row{Concurrency: c}
-		errs      atomic.Int64
-		firstErr  error
-		wg        sync.WaitGroup
+		mu       sync.Mutex
+		hist     = hdrhistogram.New(1, 600_000_000, 3)
+		row      = Row{Concurrency: c}
+		errs     atomic.Int64
+		firstErr error
+		wg       sync.WaitGroup
 	)
 	// A lock call stuck past the row's end is cut off, not waited for.
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration+10*time.Second)
