@@ -46,6 +46,9 @@ type redisOption struct {
 	masters []*redisNode
 	counter *redisNode // nil for single-redis
 	store   *redisNode // the storage the experiments write to
+	// guarded: the experiments write through fence.RedisGuard with the lock's fence, not
+	// with a plain SET.
+	guarded bool
 	clients []*redis.Client
 	lock    *redlock.Client
 	closers []func()
@@ -79,6 +82,7 @@ func openRedis(ctx context.Context, cfg Config, masters int) (_ *redisOption, er
 	}
 	opts := []redlock.Option{redlock.WithNodeTimeout(cfg.NodeTimeout)}
 	if masters > 1 {
+		o.guarded = true
 		if o.counter, err = node(); err != nil {
 			return nil, err
 		}
@@ -162,7 +166,7 @@ func (o *redisOption) stale(ctx context.Context, cfg Config) (bool, string, erro
 		},
 	}
 	key := "data:" + resource
-	if o.counter == nil {
+	if !o.guarded {
 		sc.write = func(ctx context.Context, _ holder, v string) error { return store.Set(ctx, key, v, 0).Err() }
 		sc.read = func(ctx context.Context) (string, error) { return store.Get(ctx, key).Result() }
 	} else {
