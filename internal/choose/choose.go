@@ -123,7 +123,7 @@ type Row struct {
 	Attempts     int64   `json:"attempts"`
 	Cycles       int64   `json:"cycles"`    // acquired and released
 	Contended    int64   `json:"contended"` // refused: another goroutine held the resource
-	Errors       int64   `json:"errors"`
+	Errors       int64   `json:"errors"` // failed attempts or releases (a master past the node timeout...), counted, not fatal
 	AcquireP50Us float64 `json:"acquire_p50_us"`
 	AcquireP90Us float64 `json:"acquire_p90_us"`
 	AcquireP99Us float64 `json:"acquire_p99_us"`
@@ -235,11 +235,8 @@ func open(ctx context.Context, cfg Config, name string) (option, error) {
 	}
 }
 
-// maxErrors ends a row whose lock keeps failing: a broken server, not a measurement.
-const maxErrors = 100
-
 // measure runs c goroutines, each with its own locker, taking and releasing locks on random
-// keys for cfg.Duration.
+// keys for cfg.Duration. Failed calls are counted; a row without a single cycle is an error.
 func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
 	lockers := make([]locker, 0, c)
 	defer func() {
@@ -291,9 +288,7 @@ func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
 						firstErr = err
 					}
 					mu.Unlock()
-					if errs.Add(1) >= maxErrors {
-						cancel()
-					}
+					errs.Add(1)
 				}
 			}
 			mu.Lock()
@@ -310,8 +305,8 @@ func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
 		return row, err
 	}
 	row.Errors = errs.Load()
-	if row.Errors >= maxErrors || row.Cycles == 0 {
-		return row, fmt.Errorf("c=%d: %d errors, %d cycles; first: %v", c, row.Errors, row.Cycles, firstErr)
+	if row.Cycles == 0 {
+		return row, fmt.Errorf("c=%d: no lock taken and released in %d attempts; first error: %v", c, row.Attempts, firstErr)
 	}
 	row.AcquireP50Us = float64(hist.ValueAtQuantile(50))
 	row.AcquireP90Us = float64(hist.ValueAtQuantile(90))

@@ -145,8 +145,9 @@ func (l redlockLocker) acquire(ctx context.Context, key string, ttl time.Duratio
 func (o *redisOption) stale(ctx context.Context, cfg Config) (bool, string, error) {
 	resource := uniqueName("choose:stale:")
 	store := o.client(o.store.addr)
+	// Lock, not TryLock: on a loaded machine an attempt can miss the node timeout.
 	take := func(ctx context.Context, ttl time.Duration) (holder, error) {
-		l, err := o.lock.TryLock(ctx, resource, ttl)
+		l, err := o.lock.Lock(ctx, resource, ttl)
 		if err != nil {
 			return holder{}, err
 		}
@@ -154,16 +155,9 @@ func (o *redisOption) stale(ctx context.Context, cfg Config) (bool, string, erro
 		return holder{fence: f, release: l.Unlock}, nil
 	}
 	sc := staleCase{
-		first: func(ctx context.Context) (holder, error) { return take(ctx, cfg.Lease) },
-		pause: func(ctx context.Context) error { return sleepCtx(ctx, 2*cfg.Lease) },
-		second: func(ctx context.Context) (holder, error) {
-			l, err := o.lock.Lock(ctx, resource, cfg.TTL)
-			if err != nil {
-				return holder{}, err
-			}
-			f, _ := l.Fence()
-			return holder{fence: f, release: l.Unlock}, nil
-		},
+		first:  func(ctx context.Context) (holder, error) { return take(ctx, cfg.Lease) },
+		pause:  func(ctx context.Context) error { return sleepCtx(ctx, 2*cfg.Lease) },
+		second: func(ctx context.Context) (holder, error) { return take(ctx, cfg.TTL) },
 	}
 	key := "data:" + resource
 	if !o.guarded {
@@ -185,13 +179,15 @@ func (o *redisOption) failover(ctx context.Context, cfg Config) (string, error) 
 		return replicaFailover(ctx, cfg)
 	}
 	resource := uniqueName("choose:failover:")
-	a, err := o.lock.TryLock(ctx, resource, cfg.TTL)
+	lctx, cancel := context.WithTimeout(ctx, staleBound)
+	defer cancel()
+	a, err := o.lock.Lock(lctx, resource, cfg.TTL)
 	if err != nil {
 		return "", fmt.Errorf("first holder: %w", err)
 	}
 	defer func() { _ = a.Unlock(context.WithoutCancel(ctx)) }()
 	o.masters[0].kill()
-	b, err := o.lock.TryLock(ctx, resource, cfg.TTL)
+	b, err := tryUntilAnswered(lctx, o.lock, resource, cfg.TTL)
 	switch {
 	case err == nil:
 		_ = b.Unlock(ctx)
@@ -240,7 +236,7 @@ func replicaFailover(ctx context.Context, cfg Config) (string, error) {
 	if err := g.PauseReplication(ctx); err != nil {
 		return "", err
 	}
-	if _, err := before.TryLock(ctx, resource, cfg.TTL); err != nil {
+	if _, err := before.Lock(ctx, resource, cfg.TTL); err != nil {
 		return "", fmt.Errorf("first holder: %w", err)
 	}
 	if err := g.KillPrimary(ctx); err != nil {
@@ -256,7 +252,7 @@ func replicaFailover(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	defer closeAfter()
-	b, err := after.TryLock(ctx, resource, cfg.TTL)
+	b, err := tryUntilAnswered(ctx, after, resource, cfg.TTL)
 	switch {
 	case err == nil:
 		_ = b.Unlock(ctx)
@@ -265,5 +261,17 @@ func replicaFailover(ctx context.Context, cfg Config) (string, error) {
 		return "kept: the promoted replica had the key", nil
 	default:
 		return "", fmt.Errorf("second holder: %w", err)
+	}
+}
+
+// tryUntilAnswered is TryLock again while the masters fail to answer in time (a loaded
+// machine), until it wins or is refused, or ctx ends.
+func tryUntilAnswered(ctx context.Context, c *redlock.Client, resource string, ttl time.Duration) (*redlock.Lock, error) {
+	for {
+		l, err := c.TryLock(ctx, resource, ttl)
+		if !errors.Is(err, redlock.ErrQuorumUnavailable) || ctx.Err() != nil {
+			return l, err
+		}
+		_ = sleepCtx(ctx, 20*time.Millisecond)
 	}
 }

@@ -61,14 +61,14 @@ func writeText(w io.Writer, rep *Report) error {
 		rep.Backend, rep.Started.Format(time.RFC3339), rep.Elapsed, rep.GoMaxProcs,
 		time.Duration(rep.DurationS*float64(time.Second)), time.Duration(rep.TTLms*float64(time.Millisecond)), rep.Keys)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "option\tc\tacquire p50 µs\tacquire p99 µs\tcycles/s\tfence\tstale write accepted\tafter failover")
+	fmt.Fprintln(tw, "option\tc\tacquire p50 µs\tacquire p99 µs\tcycles/s\terrors\tfence\tstale write accepted\tafter failover")
 	for i, r := range rep.Results {
 		fence, stale, after := "", "", ""
 		if i == 0 || rep.Results[i-1].Option != r.Option {
 			fence, stale, after = r.Fence, strconv.FormatBool(r.StaleWriteAccepted), r.AfterFailover
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\n",
-			r.Option, r.Concurrency, r.AcquireP50Us, r.AcquireP99Us, r.CyclesPerSec, fence, stale, after)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%d\t%s\t%s\t%s\n",
+			r.Option, r.Concurrency, r.AcquireP50Us, r.AcquireP99Us, r.CyclesPerSec, r.Errors, fence, stale, after)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
