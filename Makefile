@@ -50,11 +50,11 @@ chaos: deps
 	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
 	bin/redlock-bench chaos -json docs/bench/chaos.json $(ARGS)
 
-# The lock-choice table measured here (docs/choosing.md): single Redis, Redlock, etcd, PostgreSQL.
+# The lock-choice table measured here on real redis-server processes (docs/choosing.md).
 choose: deps
 	@mkdir -p docs/bench
 	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
-	$(WITHPG) bin/redlock-bench choose -o json -plot docs/bench/choose.svg $(ARGS) > docs/bench/choose.json
+	$(WITHPG) bin/redlock-bench choose -backend redis-server -o json -plot docs/bench/choose.svg $(ARGS) > docs/bench/choose.json
 
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps

@@ -123,7 +123,7 @@ type Row struct {
 	Attempts     int64   `json:"attempts"`
 	Cycles       int64   `json:"cycles"`    // acquired and released
 	Contended    int64   `json:"contended"` // refused: another goroutine held the resource
-	Errors       int64   `json:"errors"` // failed attempts or releases (a master past the node timeout...), counted, not fatal
+	Errors       int64   `json:"errors"`    // failed attempts or releases (a master past the node timeout...), counted, not fatal
 	AcquireP50Us float64 `json:"acquire_p50_us"`
 	AcquireP90Us float64 `json:"acquire_p90_us"`
 	AcquireP99Us float64 `json:"acquire_p99_us"`
