@@ -7,7 +7,7 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench bench-redis bench-fencing chaos soak gobench lint fuzz deps clean
+.PHONY: test bench bench-redis bench-fencing chaos choose soak gobench lint fuzz deps clean
 
 # Nested modules, each with its own go.mod so that the core's build links none of their
 # dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests). ./...
@@ -50,6 +50,12 @@ chaos: deps
 	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
 	bin/redlock-bench chaos -json docs/bench/chaos.json $(ARGS)
 
+# The lock-choice table measured here on real redis-server processes (docs/choosing.md).
+choose: deps
+	@mkdir -p docs/bench
+	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	$(WITHPG) bin/redlock-bench choose -backend redis-server -o json -plot docs/bench/choose.svg $(ARGS) > docs/bench/choose.json
+
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps
 	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
@@ -69,11 +75,12 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./internal/clockdrift/
 
-# redis-server, PostgreSQL, iptables (the chaos partition) and gcc (the chaos clock shim) from
-# Debian's packages, when missing and we may install them.
+# redis-server, PostgreSQL, etcd (redlock-bench choose), iptables (the chaos partition) and gcc
+# (the chaos clock shim) from Debian's packages, when missing and we may install them.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
 	command -v iptables-restore >/dev/null 2>&1 || missing="$$missing iptables"; \
 	{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$$missing gcc"; \
 	{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \

@@ -10,6 +10,7 @@
 //	redlock-bench fencing [flags]   the fence's duplicate-write benchmark
 //	redlock-bench chaos [flags]     failures injected on real servers, counted
 //	redlock-bench check -addrs ...  the masters' and fence counter's settings (docs/operations.md)
+//	redlock-bench choose [flags]    the lock-choice table: single Redis, Redlock, etcd, PostgreSQL
 //
 // `redlock-bench -h` and `redlock-bench fencing -h` list every flag with its
 // default. Exit status 0 means success, 1 a failed run (a server could not
@@ -81,6 +82,30 @@
 // row per scenario; exit status 1 when a row did not hold. The scenarios,
 // the columns and the invariants are in docs/chaos.md. The output below is
 // the benchmark's, not the chaos suite's.
+//
+// # Choose
+//
+// redlock-bench choose runs the four options of the lock-choice table on this
+// machine (-options single-redis,redlock,etcd,postgres; -backend
+// embedded|redis-server for the Redis ones; -c 1,8,64; -d 1s per row; -keys;
+// -ttl; -node-timeout; -lease; -o text|json|csv; -plot FILE): single-redis is
+// the client over one master, unfenced; redlock is five masters with a fence
+// from fence.RedisCounter on a sixth server; etcd is concurrency.Mutex on a
+// three-member cluster of Debian's etcd binary (child processes), one session
+// per goroutine, the lock key's create revision as fence; postgres is
+// SELECT ... FOR UPDATE NOWAIT on a throw-away PostgreSQL, with a version
+// column. Each option gets a row per concurrency (option, concurrency,
+// attempts, cycles, contended, errors, acquire_p50_us, acquire_p90_us,
+// acquire_p99_us, acquire_p999_us, cycles_per_sec, fence,
+// stale_write_accepted, stale_write, after_failover) and two experiments: a
+// holder paused past its lease writes after the next holder, through the
+// option's guard (fence.RedisGuard, the version column) or none, and
+// stale_write_accepted says whether its value is what the store kept;
+// after_failover kills a master (redlock), the etcd leader, or a Sentinel
+// primary whose replication was held back (single-redis, always real
+// redis-server processes). An option whose server is not installed is
+// skipped with a line on stderr, or fails the run with -require. The
+// columns, a real run and what they mean: docs/choosing.md.
 //
 // # Output
 //
