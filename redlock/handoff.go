@@ -365,6 +365,11 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		signal(q.wake)
 	default:
 		c.deliver(ctx, q, nil)
+		if round.Count(quorum.Pending) > 0 {
+			// A call that outlived the round may still hand a key over:
+			// release it once it has returned.
+			next.abandonHanded(ctx)
+		}
 	}
 
 	return l.handedOutcome(old, round, who, replies, answered)

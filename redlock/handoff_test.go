@@ -131,14 +131,21 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	q, e, _ := queueKeys("lock:" + res)
 	// Entries of waiters that gave up while a call was in flight expire
 	// with the entry TTL; nothing lives longer.
-	assert.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		for _, a := range admin {
 			if n, err := a.Exists(ctx, q, e, "lock:"+res).Result(); err != nil || n != 0 {
 				return false
 			}
 		}
 		return true
-	}, 2*DefaultFairEntryTTL, 10*time.Millisecond, "a key, queue or reservation outlived the waiters")
+	}, 2*DefaultFairEntryTTL, 10*time.Millisecond, "a key, queue or reservation outlived the waiters") {
+		for _, a := range admin {
+			v, _ := a.Get(ctx, "lock:"+res).Result()
+			pttl, _ := a.PTTL(ctx, "lock:"+res).Result()
+			z, _ := a.ZRangeWithScores(ctx, e, 0, -1).Result()
+			t.Logf("%s: key %q pttl %v, entries %v", a.Options().Addr, v, pttl, z)
+		}
+	}
 }
 
 // TestFairPassOn: when only waiters of the releasing client are queued
