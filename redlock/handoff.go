@@ -233,12 +233,14 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	next := &Lock{c: c, resource: l.resource, key: l.key, keys: l.keys, token: l.token, args: l.args,
 		round: l.round, queued: l.queued, passed: true, until: until, untilBoot: untilBoot}
 	// q's entry stays queued: the release that ends this chain of passes
-	// removes it, or a batch in the background once there are enough.
-	next.stale = append(l.stale[:len(l.stale):len(l.stale)], q.id)
-	if len(next.stale) >= staleBatch {
-		c.dropEntries(ctx, q.keys, next.stale)
-		next.stale = nil
+	// removes it, or a batch in the background once there are enough. Not
+	// q's own at once: an attempt of q's may still be putting it there.
+	stale := l.stale
+	if len(stale) >= staleBatch {
+		c.dropEntries(ctx, q.keys, stale)
+		stale = nil
 	}
+	next.stale = append(stale[:len(stale):len(stale)], q.id)
 	c.passed.Add(1)
 	if obs := c.cfg.lockObs; obs != nil {
 		now, _ := c.clock.now()

@@ -311,9 +311,10 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 	detached := context.WithoutCancel(ctx)
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		agreed, err := round.Result(i)
-		if err == nil && !agreed && l.queued {
+		if err == nil && !agreed && l.queued && len(l.stale) == 0 {
 			// fair_lock.lua refused: it set nothing, and a key of another
-			// type would have failed it.
+			// type would have failed it. (Entries left behind by passOn
+			// are removed there too, by the release.)
 			out[i].state.Store(releasedNotOurs)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -291,13 +292,14 @@ func TestRestartGuardAllocs(t *testing.T) {
 		}
 		return testing.AllocsPerRun(300, cycle)
 	}
-	// Alternated, so that a drift of the machine hits both.
-	var a, b float64
-	for range 2 {
-		a += measure(off)
-		b += measure(on)
+	// Alternated, so that a drift of the machine hits both; the least of
+	// three rounds, since background releases only ever add allocations
+	// (an average of two once read 106 against 111.5 under -race).
+	a, b := math.Inf(1), math.Inf(1)
+	for range 3 {
+		a = min(a, measure(off))
+		b = min(b, measure(on))
 	}
-	a, b = a/2, b/2
 	t.Logf("allocs per 5-master cycle: guard off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
 	// The race detector adds allocations of its own, a few per cycle and not
 	// the same in every run (108.5 against 106 once, with nothing changed).
