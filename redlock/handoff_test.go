@@ -225,8 +225,12 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	second := lockAsync(ctx, mine, res, time.Minute)
 	// second queues here first: it puts its entry on the masters when next
 	// in line, or at the refresh; either way its stamp is the latest.
-	require.Eventually(t, func() bool { return mine.waitedOn("lock:" + res) }, 5*time.Second, time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		mine.local.mu.Lock()
+		defer mine.local.mu.Unlock()
+		ws := mine.local.m["lock:"+res]
+		return len(ws) == 2 && ws[0].oursAhead // first knows it heads the queue; second is listed
+	}, 5*time.Second, time.Millisecond)
 	require.NoError(t, holder.Unlock(ctx))
 
 	f := <-first
