@@ -186,19 +186,31 @@ func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
 	if won != nil && won.Count(quorum.Agreed) == len(c.masters) {
 		return
 	}
+	c.leave(ctx, q.keys, []any{q.id}, func(i int) bool {
+		if won == nil {
+			return false
+		}
+		// Calls that won after their round ended removed the entry too.
+		agreed, _, ok := won.Returned(i)
+		return ok && agreed
+	})
+}
+
+// leave removes the queue entries ids of keys (the lock key, its queue and
+// deadlines, scripts/fair_leave.lua) in the background, on every master
+// but those skip names, each bounded by the node timeout. An entry that a
+// master misses, or that a late call adds again, expires.
+func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(int) bool) {
 	ctx = context.WithoutCancel(ctx)
 	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
-		if won != nil {
-			// Calls that won after their round ended removed the entry too.
-			if agreed, _, ok := won.Returned(i); ok && agreed {
-				return true, nil
-			}
+		if skip != nil && skip(i) {
+			return true, nil
 		}
 		ok, probe := c.enter(i)
 		if !ok {
 			return false, errStuck
 		}
-		err := fairLeaveScript.Run(ctx, c.masters[i], q.keys, q.id).Err()
+		err := fairLeaveScript.Run(ctx, c.masters[i], keys, ids...).Err()
 		c.exit(i, probe, err)
 		if err != nil {
 			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)

@@ -204,23 +204,6 @@ func strs(ss []string) []any {
 	return out
 }
 
-// dropEntries removes the queue entries ids of keys (the lock key, its
-// queue and deadlines) from every master, in the background, each master
-// bounded by the node timeout; an entry a master misses expires.
-func (c *Client) dropEntries(ctx context.Context, keys []string, ids []string) {
-	args := strs(ids)
-	ctx = context.WithoutCancel(ctx)
-	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
-		}
-		err := fairLeaveScript.Run(ctx, c.masters[i], keys, args...).Err()
-		c.exit(i, probe, err)
-		return err == nil, err
-	})
-}
-
 // passOn is Unlock when q, a waiter of this client, heads the queue behind
 // waiters of this client only, and the lease has most of q's TTL left: the
 // lock passes to q in-process, with no round. q's Lock has l's token,
@@ -237,7 +220,7 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	// q's own at once: an attempt of q's may still be putting it there.
 	stale := l.stale
 	if len(stale) >= staleBatch {
-		c.dropEntries(ctx, q.keys, stale)
+		c.leave(ctx, q.keys, strs(stale), nil)
 		stale = nil
 	}
 	next.stale = append(stale[:len(stale):len(stale)], q.id)

@@ -37,12 +37,7 @@ func TestFairDirectHandoff(t *testing.T) {
 	queuedOn(t, admin, res, 0)
 	assert.Greater(t, time.Until(w.l.Until()), 50*time.Second, "the handed lease is not counted from the handoff")
 	require.NoError(t, w.l.Unlock(ctx))
-	q, e, _ := queueKeys("lock:" + res)
-	for _, a := range admin {
-		n, err := a.Exists(ctx, q, e, "lock:"+res).Result()
-		require.NoError(t, err)
-		assert.Zero(t, n, "%s: a key, queue or reservation is left", a.Options().Addr)
-	}
+	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
 }
 
 // TestFairHandoffKeepsOrderAcrossClients: a waiter of another client that
@@ -128,24 +123,9 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	direct := c.handed.Load() + c.passed.Load()
 	assert.Greater(t, direct, uint64(sections.Load()/2), "fewer than half the sections were handed over directly")
 	t.Logf("%d sections, %d handed over in a round, %d passed on, %d gave up", sections.Load(), c.handed.Load(), c.passed.Load(), gaveUp.Load())
-	q, e, _ := queueKeys("lock:" + res)
 	// Entries of waiters that gave up while a call was in flight expire
 	// with the entry TTL; nothing lives longer.
-	if !assert.Eventually(t, func() bool {
-		for _, a := range admin {
-			if n, err := a.Exists(ctx, q, e, "lock:"+res).Result(); err != nil || n != 0 {
-				return false
-			}
-		}
-		return true
-	}, 2*DefaultFairEntryTTL, 10*time.Millisecond, "a key, queue or reservation outlived the waiters") {
-		for _, a := range admin {
-			v, _ := a.Get(ctx, "lock:"+res).Result()
-			pttl, _ := a.PTTL(ctx, "lock:"+res).Result()
-			z, _ := a.ZRangeWithScores(ctx, e, 0, -1).Result()
-			t.Logf("%s: key %q pttl %v, entries %v", a.Options().Addr, v, pttl, z)
-		}
-	}
+	nothingLeft(t, admin, res, 2*DefaultFairEntryTTL)
 }
 
 // TestFairPassOn: when only waiters of the releasing client are queued
@@ -191,15 +171,7 @@ func TestFairPassOn(t *testing.T) {
 	assert.Equal(t, []string{w.l.stale[0]}, w.l.stale)
 	require.NoError(t, w.l.Extend(ctx, time.Minute), "the new holder cannot extend")
 	require.NoError(t, w.l.Unlock(ctx))
-	q, e, _ := queueKeys("lock:" + res)
-	assert.Eventually(t, func() bool {
-		for _, a := range admin {
-			if n, err := a.Exists(ctx, q, e, "lock:"+res).Result(); err != nil || n != 0 {
-				return false
-			}
-		}
-		return true
-	}, DefaultFairEntryTTL/2, time.Millisecond, "a key, queue or reservation is left")
+	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
 }
 
 // TestFairPassKeepsOrderAcrossClients: a lock passed on in-process within
@@ -287,4 +259,29 @@ func lockEverywhere(t *testing.T, c *Client, admin []*redis.Client, res *string,
 	}
 	t.Fatal("the key never reached every master in three tries")
 	return nil
+}
+
+// nothingLeft waits, at most within, until no master has resource's key,
+// queue or entry deadlines, and logs what is left when some master still
+// has one.
+func nothingLeft(t *testing.T, admin []*redis.Client, resource string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	key := "lock:" + resource
+	q, e, _ := queueKeys(key)
+	if !assert.Eventually(t, func() bool {
+		for _, a := range admin {
+			if n, err := a.Exists(ctx, q, e, key).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, within, time.Millisecond, "a key, queue or reservation is left") {
+		for _, a := range admin {
+			v, _ := a.Get(ctx, key).Result()
+			pttl, _ := a.PTTL(ctx, key).Result()
+			z, _ := a.ZRangeWithScores(ctx, e, 0, -1).Result()
+			t.Logf("%s: key %q pttl %v, entries %v", a.Options().Addr, v, pttl, z)
+		}
+	}
 }
