@@ -381,36 +381,8 @@ func TestClockMonitorAllocs(t *testing.T) {
 	// An interval long enough that no sample runs while allocations are counted.
 	on := client(WithClockMonitor(time.Hour, true))
 	clockSampled(t, on, 1)
-	measure := func(c *Client) float64 {
-		ctx := context.Background()
-		resources := make([]string, 64)
-		for i := range resources {
-			resources[i] = resourceName(t)
-		}
-		n := 0
-		cycle := func() {
-			l, err := c.TryLock(ctx, resources[n%len(resources)], 500*time.Millisecond)
-			n++
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 100 {
-			cycle()
-		}
-		return testing.AllocsPerRun(300, cycle)
-	}
-	// Alternated, so that a drift of the machine hits both; the least of
-	// three rounds, since background work (the minority's releases) only
-	// ever adds allocations.
-	a, b := math.Inf(1), math.Inf(1)
-	for range 3 {
-		a = min(a, measure(off))
-		b = min(b, measure(on))
-	}
+	least := leastCycleAllocs(t, 500*time.Millisecond, 3, off, on)
+	a, b := least[0], least[1]
 	t.Logf("allocs per 5-master cycle: monitor off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
 	margin := 2.0
 	if raceEnabled() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -271,38 +270,10 @@ func TestObserverAllocs(t *testing.T) {
 	}
 	counting := &countingObserver{}
 	clients := []*Client{client(), client(WithObserver(counting))}
-	measure := func(c *Client) float64 {
-		ctx := context.Background()
-		resources := make([]string, 64)
-		for i := range resources {
-			resources[i] = resourceName(t)
-		}
-		n := 0
-		cycle := func() {
-			l, err := c.TryLock(ctx, resources[n%len(resources)], 2*time.Second)
-			n++
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 100 {
-			cycle()
-		}
-		return testing.AllocsPerRun(300, cycle)
-	}
 	// Unlock releases the minority in the background, and what those
 	// releases allocate falls in one measurement or the next: counts vary
-	// by several, upwards. The least of several, alternated so that a drift
-	// of the machine hits both clients, is closest to the cycle's own.
-	least := []float64{math.Inf(1), math.Inf(1)}
-	for range 4 {
-		for i, c := range clients {
-			least[i] = min(least[i], measure(c))
-		}
-	}
+	// by several, upwards (see leastCycleAllocs).
+	least := leastCycleAllocs(t, 2*time.Second, 4, clients...)
 	none, observed := least[0], least[1]
 	t.Logf("allocs per 5-master cycle, least of 4: no observer %.0f, LockObserver %.0f (race detector: %v)", none, observed, raceEnabled())
 	// Even the least of four varies by a few with nothing changed.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -268,38 +267,10 @@ func TestRestartGuardAllocs(t *testing.T) {
 	// An interval long enough that no sample runs while allocations are counted.
 	on := client(WithRestartGuard(time.Hour))
 	sampled(t, on)
-	measure := func(c *Client) float64 {
-		ctx := context.Background()
-		// As in BenchmarkLockUnlock: Unlock releases the minority in the
-		// background, so the next TryLock takes another resource.
-		resources := make([]string, 64)
-		for i := range resources {
-			resources[i] = resourceName(t)
-		}
-		n := 0
-		cycle := func() {
-			l, err := c.TryLock(ctx, resources[n%len(resources)], 500*time.Millisecond) // below the uptime
-			n++
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 100 {
-			cycle() // warm the pools
-		}
-		return testing.AllocsPerRun(300, cycle)
-	}
-	// Alternated, so that a drift of the machine hits both; the least of
-	// three rounds, since background releases only ever add allocations
-	// (an average of two once read 106 against 111.5 under -race).
-	a, b := math.Inf(1), math.Inf(1)
-	for range 3 {
-		a = min(a, measure(off))
-		b = min(b, measure(on))
-	}
+	// A TTL below the servers' uptime; the least of three rounds (an
+	// average of two once read 106 against 111.5 under -race).
+	least := leastCycleAllocs(t, 500*time.Millisecond, 3, off, on)
+	a, b := least[0], least[1]
 	t.Logf("allocs per 5-master cycle: guard off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
 	// The race detector adds allocations of its own, a few per cycle and not
 	// the same in every run (108.5 against 106 once, with nothing changed).
