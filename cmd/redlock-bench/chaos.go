@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -157,29 +154,7 @@ func writeChaos(w io.Writer, rows []chaos.Row, format string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	case "csv":
-		cw := csv.NewWriter(w)
-		t := reflect.TypeFor[chaos.Row]()
-		var head []string
-		for f := range t.Fields() {
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			head = append(head, name)
-		}
-		_ = cw.Write(head)
-		for _, r := range rows {
-			v := reflect.ValueOf(r)
-			rec := make([]string, v.NumField())
-			for i := range rec {
-				switch f := v.Field(i); f.Kind() {
-				case reflect.Float64:
-					rec[i] = strconv.FormatFloat(f.Float(), 'f', -1, 64)
-				default:
-					rec[i] = fmt.Sprint(f.Interface())
-				}
-			}
-			_ = cw.Write(rec)
-		}
-		cw.Flush()
-		return cw.Error()
+		return output.WriteRowsCSV(w, rows)
 	default:
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "scenario\tvariant\truns\tlocks\toverlaps\tstale\trejected\tfenced dup\tunfenced dup\tlost\tunavail\tp50 ms\trecovery ms\tfault\theld\t")

@@ -1,15 +1,14 @@
 package choose
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
-	"reflect"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
+
+	"quorumlock.dev/internal/output"
 
 	"quorumlock.dev/internal/report"
 )
@@ -31,30 +30,7 @@ func Write(w io.Writer, rep *Report, format string) error {
 	return fmt.Errorf("%w: output format %q (want text, json or csv)", ErrConfig, format)
 }
 
-func writeCSV(w io.Writer, rows []Row) error {
-	cw := csv.NewWriter(w)
-	var head []string
-	for f := range reflect.TypeFor[Row]().Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		head = append(head, name)
-	}
-	_ = cw.Write(head)
-	for _, r := range rows {
-		v := reflect.ValueOf(r)
-		rec := make([]string, v.NumField())
-		for i := range rec {
-			switch f := v.Field(i); f.Kind() {
-			case reflect.Float64:
-				rec[i] = strconv.FormatFloat(f.Float(), 'f', -1, 64)
-			default:
-				rec[i] = fmt.Sprint(f.Interface())
-			}
-		}
-		_ = cw.Write(rec)
-	}
-	cw.Flush()
-	return cw.Error()
-}
+func writeCSV(w io.Writer, rows []Row) error { return output.WriteRowsCSV(w, rows) }
 
 func writeText(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "redis backend: %s, started %s, elapsed %.1fs, GOMAXPROCS %d, %v per row, ttl %v, %d keys\n\n",

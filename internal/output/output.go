@@ -255,3 +255,32 @@ func fmtRate(opsPerSec float64) string {
 func fmtSeconds(v float64) string {
 	return time.Duration(v * float64(time.Second)).Round(time.Millisecond).String()
 }
+
+// WriteRowsCSV writes rows of a struct type as CSV: a header of the
+// fields' json names, then one record per row, floats in their shortest
+// exact form and anything else as fmt.Sprint prints it. The chaos and
+// choose subcommands' rows use it.
+func WriteRowsCSV[T any](w io.Writer, rows []T) error {
+	cw := csv.NewWriter(w)
+	var head []string
+	for f := range reflect.TypeFor[T]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		head = append(head, name)
+	}
+	_ = cw.Write(head)
+	for _, r := range rows {
+		v := reflect.ValueOf(r)
+		rec := make([]string, v.NumField())
+		for i := range rec {
+			switch f := v.Field(i); f.Kind() {
+			case reflect.Float64:
+				rec[i] = strconv.FormatFloat(f.Float(), 'f', -1, 64)
+			default:
+				rec[i] = fmt.Sprint(f.Interface())
+			}
+		}
+		_ = cw.Write(rec)
+	}
+	cw.Flush()
+	return cw.Error()
+}
