@@ -144,11 +144,7 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	later := lockAsync(ctx, c, res, time.Minute)
 	// A waiter that finds one of its client's queued waits here first:
 	// its entry goes to the masters when it is next in line.
-	require.Eventually(t, func() bool {
-		c.local.mu.Lock()
-		defer c.local.mu.Unlock()
-		return len(c.local.m["lock:"+res]) == 2
-	}, 5*time.Second, time.Millisecond)
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 2 })
 	quit()
 	r := <-gaveUp
 	require.ErrorIs(t, r.err, context.Canceled)

@@ -27,6 +27,9 @@ func TestFairDirectHandoff(t *testing.T) {
 	holder := lockEverywhere(t, c, admin, &res, 30*time.Second)
 	waiting := lockAsync(ctx, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
+	// Its attempt's replies read: a release can hand it the lock (before,
+	// the release is a plain one; CI saw that on a loaded machine).
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
@@ -147,12 +150,7 @@ func TestFairPassOn(t *testing.T) {
 	queuedOn(t, admin, res, 1)
 	// Its attempt's replies read: it knows only its client's waiters are
 	// ahead of it (none).
-	require.Eventually(t, func() bool {
-		c.local.mu.Lock()
-		defer c.local.mu.Unlock()
-		ws := c.local.m["lock:"+res]
-		return len(ws) == 1 && ws[0].oursAhead
-	}, 5*time.Second, time.Millisecond)
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 && ws[0].oursAhead })
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
@@ -197,12 +195,8 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	second := lockAsync(ctx, mine, res, time.Minute)
 	// second queues here first: it puts its entry on the masters when next
 	// in line, or at the refresh; either way its stamp is the latest.
-	require.Eventually(t, func() bool {
-		mine.local.mu.Lock()
-		defer mine.local.mu.Unlock()
-		ws := mine.local.m["lock:"+res]
-		return len(ws) == 2 && ws[0].oursAhead // first knows it heads the queue; second is listed
-	}, 5*time.Second, time.Millisecond)
+	// first knows it heads the queue; second is listed.
+	listedHere(t, mine, res, func(ws []*queued) bool { return len(ws) == 2 && ws[0].oursAhead })
 	require.NoError(t, holder.Unlock(ctx))
 
 	f := <-first
@@ -225,6 +219,17 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	s := <-second
 	require.NoError(t, s.err)
 	require.NoError(t, s.l.Unlock(ctx))
+}
+
+// listedHere waits until the waiters c lists for resource, in queue order,
+// satisfy ok.
+func listedHere(t *testing.T, c *Client, resource string, ok func([]*queued) bool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.local.mu.Lock()
+		defer c.local.mu.Unlock()
+		return ok(c.local.m["lock:"+resource])
+	}, 5*time.Second, time.Millisecond, "the waiters of this client are not listed as expected")
 }
 
 // lockEverywhere takes *res with c and returns once its key is on every

@@ -43,6 +43,10 @@ func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
+// runJSON runs the CLI and reads its JSON report. The runs that assert no
+// errors pass -node-timeout 500ms: with the default 50 ms, a loaded machine
+// under -race times calls out (CI saw "release on ...: node did not answer
+// in time"), which is an outcome the row counts, not a fault of the CLI.
 func runJSON(t *testing.T, args ...string) *report.Report {
 	t.Helper()
 	code, out, errOut := runCmd(t, append(args, "-o", "json")...)
@@ -110,14 +114,14 @@ func TestBadFlags(t *testing.T) {
 // TestEmbeddedRun: the default backend end to end, on a machine with no
 // Redis at all.
 func TestEmbeddedRun(t *testing.T) {
-	rep := runJSON(t, "-d", "200ms", "-c", "1,4", "-rounds", "2")
+	rep := runJSON(t, "-d", "200ms", "-c", "1,4", "-rounds", "2", "-node-timeout", "500ms")
 	assert.Equal(t, "embedded", rep.Backend)
 	assert.True(t, rep.ServersInProcess, "allocs/op counts miniredis too, and the report must say so")
 	assert.Len(t, rep.Servers, 7)
 	require.Len(t, rep.Results, 4)
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Acquired, "%s c=%d acquired nothing", r.Variant, r.Concurrency)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 		assert.Zero(t, r.Unavailable)
 		assert.Positive(t, r.AcquireP50Us)
 		assert.GreaterOrEqual(t, r.AcquireMaxUs, r.AcquireP999Us)
@@ -138,7 +142,7 @@ func TestEmbeddedRun(t *testing.T) {
 }
 
 func TestCyclesAndCSV(t *testing.T) {
-	code, out, errOut := runCmd(t, "-n", "40", "-c", "2", "-o", "csv", "-masters", "3")
+	code, out, errOut := runCmd(t, "-n", "40", "-c", "2", "-o", "csv", "-masters", "3", "-node-timeout", "500ms")
 	require.Equal(t, exitOK, code, errOut)
 	rows, err := reporttest.ReadCSV(strings.NewReader(out))
 	require.NoError(t, err)
@@ -155,7 +159,7 @@ func TestFullContention(t *testing.T) {
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Acquired)
 		assert.Positive(t, r.Contended, "eight goroutines on one key must collide")
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 	}
 }
 
@@ -185,7 +189,7 @@ func TestContendedScenario(t *testing.T) {
 		assert.Equal(t, 1, r.Keys)
 		assert.Equal(t, 1.0, r.HoldMs)
 		assert.Zero(t, r.Violations, "%s: two goroutines held the lock at once", r.Variant)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 		assert.Zero(t, r.Unavailable)
 		assert.Positive(t, r.Acquired)
 		assert.Positive(t, r.SectionsPerSec)
@@ -219,7 +223,7 @@ func TestContendedScenario(t *testing.T) {
 // TestUncontendedRowsCarryNoContendedFigures: the new columns are the
 // contended scenario's; the other scenarios' rows leave them at zero.
 func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
-	rep := runJSON(t, "-d", "100ms", "-c", "2", "-rounds", "1")
+	rep := runJSON(t, "-d", "100ms", "-c", "2", "-rounds", "1", "-node-timeout", "500ms")
 	for _, r := range rep.Results {
 		assert.Zero(t, r.SectionsPerSec)
 		assert.Zero(t, r.WaitP99Us)
@@ -238,7 +242,7 @@ func TestSlowScenario(t *testing.T) {
 		byVariant[r.Variant] = r
 		assert.Positive(t, r.Acquired, "a slow master must not stop the lock")
 		assert.Zero(t, r.Unavailable)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 	}
 	assert.Zero(t, byVariant["delay_ms=0"].DelayMs)
 	assert.Equal(t, 30.0, byVariant["delay_ms=30"].DelayMs)
@@ -267,7 +271,7 @@ func TestDeadScenario(t *testing.T) {
 }
 
 func TestScaleScenario(t *testing.T) {
-	rep := runJSON(t, "-scenario", "scale", "-d", "250ms", "-c", "1", "-rounds", "1")
+	rep := runJSON(t, "-scenario", "scale", "-d", "250ms", "-c", "1", "-rounds", "1", "-node-timeout", "500ms")
 	require.Len(t, rep.Results, len(benchrun.ScaleMasters))
 	for i, r := range rep.Results {
 		assert.Equal(t, benchrun.ScaleMasters[i], r.Masters)
@@ -279,11 +283,11 @@ func TestScaleScenario(t *testing.T) {
 }
 
 func TestFence(t *testing.T) {
-	rep := runJSON(t, "-fence", "-d", "200ms", "-c", "2")
+	rep := runJSON(t, "-fence", "-d", "200ms", "-c", "2", "-node-timeout", "500ms")
 	for _, r := range rep.Results {
 		assert.True(t, r.Fence)
 		assert.Positive(t, r.Acquired)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 	}
 }
 
@@ -299,7 +303,7 @@ func TestPlotFlag(t *testing.T) {
 // TestRedisServerBackend: real servers, started and stopped by the run.
 func TestRedisServerBackend(t *testing.T) {
 	redistest.Need(t)
-	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3")
+	rep := runJSON(t, "-backend", "redis-server", "-d", "200ms", "-c", "1", "-masters", "3", "-node-timeout", "500ms")
 	assert.Equal(t, "redis-server", rep.Backend)
 	assert.False(t, rep.ServersInProcess)
 	require.Len(t, rep.Servers, 5)
@@ -309,7 +313,7 @@ func TestRedisServerBackend(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		assert.Positive(t, r.Acquired)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 	}
 }
 

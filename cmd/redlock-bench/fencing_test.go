@@ -37,7 +37,7 @@ func TestFencingCommand(t *testing.T) {
 	assert.Positive(t, fenced.Rejections)
 	for _, r := range rep.Results {
 		assert.Equal(t, int64(3000), r.Orders)
-		assert.Zero(t, r.Errors)
+		assert.Zero(t, r.Errors, r.FirstError)
 	}
 
 	code, out, _ = runCmd(t, "fencing", "-jobs", "500", "-c", "8", "-node-timeout", "100ms", "-ttl", "300ms", "-pause-rate", "0")

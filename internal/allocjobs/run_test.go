@@ -30,7 +30,10 @@ func lockClient(t *testing.T, fenced bool) *redlock.Client {
 	srv := startEmbedded(t)
 	master := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
 	t.Cleanup(func() { _ = master.Close() })
-	opts := []redlock.Option{redlock.WithRetry(0, time.Millisecond, 2*time.Millisecond), redlock.WithNodeTimeout(10 * time.Millisecond)}
+	// A 25 ms node timeout and 5 ms retries: with 10 ms and 1 ms under
+	// -race on two loaded cores, calls timed out, their undo and the quick
+	// retries loaded the server further, and one run took 131 s instead of 3.
+	opts := []redlock.Option{redlock.WithRetry(0, 5*time.Millisecond, 5*time.Millisecond), redlock.WithNodeTimeout(25 * time.Millisecond)}
 	if fenced {
 		counterSrv := startEmbedded(t)
 		node := redis.NewClient(&redis.Options{Addr: counterSrv.Addr(), PoolSize: 64})
@@ -44,8 +47,12 @@ func lockClient(t *testing.T, fenced bool) *redlock.Client {
 	return c
 }
 
+// proofConfig pauses a holder ten times its lease: the redelivered job must
+// be locked and shipped by another worker before the paused one writes, and
+// with a pause of 80 ms a slow CI machine shipped all 26 redeliveries after
+// their paused holders (no duplicate to observe).
 var proofConfig = Config{
-	Jobs: 3000, SKUs: 40, Workers: 16, TTL: 30 * time.Millisecond, Pause: 80 * time.Millisecond,
+	Jobs: 3000, SKUs: 40, Workers: 16, TTL: 60 * time.Millisecond, Pause: 600 * time.Millisecond,
 	PauseRate: 0.01, Seed: 7, Stock: 1_000_000,
 }
 

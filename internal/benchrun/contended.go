@@ -146,7 +146,7 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		err = l.Unlock(ctx)
 		released := time.Now()
 		if err != nil {
-			w.errs++
+			w.errored(err)
 			continue
 		}
 		g.end(i, released)

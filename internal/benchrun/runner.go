@@ -344,6 +344,7 @@ func newBar(cfg Config, variants int) *progress.Bar {
 type tally struct {
 	acquire, cycle                                   *hdrhistogram.Histogram
 	attempts, acquired, contended, unavailable, errs int64
+	firstErr                                         error // the first of errs, for the row
 	seconds                                          float64
 	mallocs                                          uint64
 	cpu                                              time.Duration
@@ -420,6 +421,9 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 			r.CycleP50Us = float64(t.cycle.ValueAtQuantile(50))
 		}
 		r.Acquired, r.Contended, r.Unavailable, r.Errors = t.acquired, t.contended, t.unavailable, t.errs
+		if t.firstErr != nil {
+			r.FirstError = t.firstErr.Error()
+		}
 		if t.attempts > 0 {
 			r.AllocsPerOp = float64(t.mallocs) / float64(t.attempts)
 		}
@@ -448,6 +452,7 @@ type worker struct {
 	id                                               int // its index in the slice's workers
 	acquire, cycle                                   *hdrhistogram.Histogram
 	attempts, acquired, contended, unavailable, errs int64
+	firstErr                                         error // the first of errs in this slice
 	rng                                              *rand.Rand
 	wait                                             *hdrhistogram.Histogram // contended only
 	violations, sections                             int64                   // contended only
@@ -501,6 +506,10 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		t.contended += w.contended
 		t.unavailable += w.unavailable
 		t.errs += w.errs
+		if t.firstErr == nil {
+			t.firstErr = w.firstErr
+		}
+		w.firstErr = nil
 		w.acquire.Reset()
 		w.cycle.Reset()
 		if w.wait != nil {
@@ -544,7 +553,7 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 			time.Sleep(cfg.Hold)
 		}
 		if err := l.Unlock(ctx); err != nil {
-			w.errs++
+			w.errored(err)
 			continue
 		}
 		_ = w.cycle.RecordValue(micros(time.Since(start)))
@@ -565,10 +574,18 @@ func (w *worker) failed(ctx context.Context, err error, invalid *atomic.Pointer[
 		return false
 	default:
 		if ctx.Err() == nil {
-			w.errs++
+			w.errored(err)
 		}
 	}
 	return true
+}
+
+// errored counts an error that is no outcome of a lock: the row's errors.
+func (w *worker) errored(err error) {
+	if w.errs == 0 {
+		w.firstErr = err
+	}
+	w.errs++
 }
 
 func micros(d time.Duration) int64 {

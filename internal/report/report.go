@@ -74,10 +74,11 @@ type Row struct {
 	AcquireMaxUs  float64 `json:"acquire_max_us"`
 	CycleP50Us    float64 `json:"cycle_p50_us"` // TryLock + hold + Unlock, acquired cycles only
 
-	Acquired    int64 `json:"acquired"`
-	Contended   int64 `json:"contended"`   // ErrNotAcquired
-	Unavailable int64 `json:"unavailable"` // ErrQuorumUnavailable or ErrFenceUnavailable
-	Errors      int64 `json:"errors"`      // anything else, Unlock failures included
+	Acquired    int64  `json:"acquired"`
+	Contended   int64  `json:"contended"`             // ErrNotAcquired
+	Unavailable int64  `json:"unavailable"`           // ErrQuorumUnavailable or ErrFenceUnavailable
+	Errors      int64  `json:"errors"`                // anything else, Unlock failures included
+	FirstError  string `json:"first_error,omitempty"` // the first of Errors, said as the library said it
 
 	AllocsPerOp float64 `json:"allocs_per_op"` // heap allocations of the whole process per attempt; see Report.ServersInProcess
 	CPUSeconds  float64 `json:"cpu_seconds"`   // user+system CPU of the whole process; likewise
