@@ -139,6 +139,7 @@
 //	contended        ErrNotAcquired (contended scenario: Lock gave up)
 //	unavailable      ErrQuorumUnavailable or ErrFenceUnavailable
 //	errors           anything else, failed Unlocks included
+//	first_error      the first of errors as the library said it (empty when none)
 //	allocs_per_op    heap allocations of the whole process per attempt
 //	cpu_seconds      user + system CPU of the whole process
 //	ratio_of         the row this row's p50 is compared with ("" for none)

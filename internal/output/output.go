@@ -181,6 +181,17 @@ func writeText(w io.Writer, r *report.Report) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("output: write text report: %w", err)
 	}
+	// A count of errors says nothing an operator can act on: the first of
+	// each row does. Below the table, where tabwriter does not align it.
+	labels := report.Labels(r.Results, false)
+	for i, row := range r.Results {
+		if row.FirstError != "" {
+			fmt.Fprintf(sw, "first error of %s c=%d: %s\n", labels[i], row.Concurrency, row.FirstError)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("output: write text report: %w", err)
+	}
 	if sw.err != nil {
 		return fmt.Errorf("output: write text report: %w", sw.err)
 	}

@@ -46,6 +46,19 @@ func TestWriteText(t *testing.T) {
 	assert.Contains(t, rows[0], "38.4")
 }
 
+// TestWriteTextFirstError: a row that counted errors says the first one
+// below the table; a row without errors says nothing.
+func TestWriteTextFirstError(t *testing.T) {
+	rep := reporttest.Realistic()
+	rep.Results[1].Errors, rep.Results[1].FirstError = 3, "redlock: quorum unavailable"
+	var out bytes.Buffer
+	require.NoError(t, output.Write(&out, rep, "text"))
+	label := report.Labels(rep.Results, false)[1]
+	assert.Contains(t, out.String(), "first error of "+label+" c=")
+	assert.Contains(t, out.String(), ": redlock: quorum unavailable\n")
+	assert.Equal(t, 1, strings.Count(out.String(), "first error of"))
+}
+
 // TestWriteTextServersInProcess: on the embedded backend the table does not
 // pass the process's allocations off as the client's.
 func TestWriteTextServersInProcess(t *testing.T) {
