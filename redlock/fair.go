@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -45,6 +46,7 @@ const reserved = "q"
 type queued struct {
 	id     string   // the stamp, the client's tag and a tiebreak in fixed-width hex: sorts like (stamp, tag, tiebreak)
 	stamp  string   // µs since the Unix epoch, the entry's score
+	at     int64    // the same, as a number
 	keys   []string // lock key, queue, entry deadlines
 	ttlMS  int64    // the entry's TTL
 	pushed bool     // a release on a majority reaches us
@@ -107,6 +109,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 	return &queued{
 		id:      fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32()),
 		stamp:   strconv.FormatInt(now, 10),
+		at:      now,
 		keys:    []string{key, q, e},
 		ttlMS:   c.cfg.fairTTL.Milliseconds(),
 		lockTTL: ttl.Truncate(time.Millisecond),
@@ -132,9 +135,31 @@ func (c *Client) fairCall(ctx context.Context, i int, q *queued, rep *fairReplie
 	r := holderReply{}
 	r.token, _ = vals[1].(string)
 	r.pttl, r.ok = vals[2].(int64)
-	r.oursAhead = vals[3] == int64(1)
+	if r.foreign, err = foreignStamp(vals[3]); err != nil {
+		return false, err
+	}
 	rep.set(i, r)
 	return false, nil
+}
+
+// foreignStamp reads fair_lock.lua's fourth reply: the arrival stamp of the
+// first waiter of another client queued, in hex µs, or "" for none
+// (math.MaxInt64).
+func foreignStamp(v any) (int64, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("redlock: fair lock script replied %v for the first foreign waiter", v)
+	}
+	if s == "" {
+		return math.MaxInt64, nil
+	}
+	n, err := strconv.ParseInt(s, 16, 64)
+	if err != nil {
+		// An entry that is none of ours (written by hand, another
+		// library): no waiter of ours is known to be ahead of it.
+		return 0, nil
+	}
+	return n, nil
 }
 
 // readyQueued prepares w for a queued attempt: any release from now on
@@ -155,7 +180,7 @@ func (c *Client) readyQueued(ctx context.Context, w *waiter) bool {
 // head wakes it, and it wakes in time to refresh its entry.
 func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
 	replies := q.last.snapshot()
-	c.setOursAhead(q, replies)
+	c.observe(q, replies)
 	free, known, holder := wakeAfter(round, replies, c.quorum)
 	w.setHolder(holder)
 	// The masters held by a token must publish its release; a majority is

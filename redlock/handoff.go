@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -42,11 +43,21 @@ const (
 	byRelease
 )
 
-// locals are the queued waiters of a Client, by lock key, in queue order.
+// locals are the queued waiters of a Client, by lock key, in queue order,
+// and what the last queued attempt on each key saw.
 type locals struct {
-	mu sync.Mutex
-	m  map[string][]*queued
+	mu    sync.Mutex
+	m     map[string][]*queued
+	views map[string]view
 }
+
+// view is what a queued attempt of this client saw of the other clients'
+// waiters on a lock: when it began (at, µs on the clock of the arrival
+// stamps), every waiter of another client queued on a majority had a stamp
+// of foreign or later. A waiter of ours that arrived before at with a
+// stamp below foreign is ahead of every other client's waiter that had
+// queued by then, and of every one that arrives later: see covered.
+type view struct{ at, foreign int64 }
 
 // grantable is what a queued waiter tells a releaser of this client. Its
 // fields are guarded by the client's locals.mu.
@@ -58,7 +69,9 @@ type grantable struct {
 	attempting bool          // an attempt of ours is running
 	attempts   uint64        // attempts started
 	pending    bool          // the last attempt left calls that outlived its round
-	oursAhead  bool          // the last attempt saw only this client's waiters ahead (setOursAhead)
+	started    int64         // when the last attempt began, µs on the stamps' clock
+	passComing bool          // next in line while a Lock of this client holds: its Unlock will pick us
+	toAttempt  bool          // nudged to make its first attempt, not begun yet
 	// What a releaser saw when it picked us: an attempt of ours may have
 	// put our entry back after the handoff removed it.
 	pickAttempts   uint64
@@ -91,10 +104,11 @@ func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
 		ws := slices.DeleteFunc(c.local.m[key], func(o *queued) bool { return o == q })
 		if len(ws) == 0 {
 			delete(c.local.m, key)
+			delete(c.local.views, key)
 		} else {
 			c.local.m[key] = ws
 			if first {
-				signal(ws[0].wake) // next in line now: see awaitTurn
+				c.lineUp(ws, 0, took != nil) // see awaitTurn
 			}
 		}
 		q.listed = false
@@ -113,21 +127,102 @@ func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
 // awaitTurn is the first wait of a Lock call that found waiters of its
 // client queued on the resource: listed here, with no entry on the
 // masters yet, it waits for a lock passed to it, for the nudge that makes
-// it next in line (deliver), or for the entry's refresh interval, and
-// then makes its first queued attempt. One fair_lock.lua round per
-// handoff instead of one per waiter that queues.
+// it next in line (deliver, unlist) when it is not sure to be passed the
+// lock (passWillCome), or for the entry's refresh interval, and then makes
+// its first queued attempt. A waiter that a recent attempt of its client
+// covers is passed the lock with no round of its own: about one
+// fair_lock.lua round per batch of waiters instead of one per waiter.
 func (c *Client) awaitTurn(ctx context.Context, q *queued) (*Lock, error) {
 	t := time.NewTimer(c.cfg.fairTTL / 3)
 	defer t.Stop()
-	select {
-	case l := <-q.grant:
-		return l, nil
-	case <-q.wake:
-		return nil, nil
-	case <-t.C:
-		return nil, nil
-	case <-ctx.Done():
-		return nil, errors.Join(ErrNotAcquired, ctx.Err())
+	for {
+		select {
+		case l := <-q.grant:
+			return l, nil
+		case <-q.wake:
+			if !c.passWillCome(q) {
+				return nil, nil
+			}
+		case <-t.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, errors.Join(ErrNotAcquired, ctx.Err())
+		}
+	}
+}
+
+// passWillCome reports whether q, nudged as next in line, may wait here
+// for the lock: a Lock of this client holds it, whose Unlock passes it to
+// q when covered.
+func (c *Client) passWillCome(q *queued) bool {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	if q.passComing && c.coveredLocked(q) {
+		q.toAttempt = false
+		return true
+	}
+	return false
+}
+
+// coveredLocked reports whether the last view of q's lock puts q ahead of
+// every waiter of another client: q arrived before that attempt began and
+// no other client's waiter then queued had an earlier stamp. One that
+// queues later has a later stamp (up to the skew of the clients' clocks,
+// which bends the order as it does every stamp's). c.local.mu is held.
+func (c *Client) coveredLocked(q *queued) bool {
+	v, ok := c.local.views[q.keys[0]]
+	return ok && q.at <= v.at && q.at < v.foreign
+}
+
+// lazyLocked reports whether q never began an attempt: it has no entry on
+// the masters. c.local.mu is held.
+func lazyLocked(q *queued) bool {
+	return q.attempts == 0 && !q.attempting
+}
+
+// lineUp nudges the waiters of ws (one lock's, in queue order) after the
+// line moved: ws[from] is next in line. While a Lock of ours holds
+// (passing), the waiter after it, when it never queued on the masters and
+// no view covers it, makes its first attempt now, during the section
+// before its turn: its view, which covers it and every waiter listed
+// behind it, is there when its turn comes, and no Unlock waits on it.
+// c.local.mu is held.
+func (c *Client) lineUp(ws []*queued, from int, passing bool) {
+	if from >= len(ws) {
+		return
+	}
+	c.nextInLine(ws[from], passing)
+	if !passing || from+1 >= len(ws) {
+		return
+	}
+	n := ws[from+1]
+	if !lazyLocked(n) || c.coveredLocked(n) {
+		return
+	}
+	for _, o := range ws {
+		if o.toAttempt || (o.attempting && o.started >= n.at) {
+			return // its view will cover n
+		}
+	}
+	n.passComing, n.toAttempt = false, true
+	signal(n.wake)
+}
+
+// nextInLine nudges q, now next in line, out of awaitTurn: passing tells
+// it whether a Lock of this client holds the lock (its Unlock will pick
+// q). A waiter that queued on the masters already is left alone while
+// passing: its entry is there, and a pass reaches it where it waits; else
+// it tries again at once. c.local.mu is held.
+func (c *Client) nextInLine(q *queued, passing bool) {
+	if lazyLocked(q) {
+		if q.toAttempt {
+			return // on its way to its first attempt: a second nudge would be a second attempt
+		}
+		q.passComing = passing
+		q.toAttempt = !passing || !c.coveredLocked(q) // see passWillCome
+		signal(q.wake)
+	} else if !passing {
+		signal(q.wake)
 	}
 }
 
@@ -143,7 +238,9 @@ func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
 	c.local.mu.Lock()
 	q.attempting = on
 	if on {
+		q.toAttempt = false
 		q.attempts++
+		q.started = time.Now().UnixMicro()
 	} else {
 		q.pending = round != nil && round.Count(quorum.Pending) > 0
 	}
@@ -151,35 +248,56 @@ func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
 }
 
 // pick returns the first listed waiter on key that no releaser is handing
-// a lock to, marked as picked, or nil; and whether its last attempt found
-// only waiters of this client queued ahead of it.
-func (c *Client) pick(key string) (*queued, bool) {
+// a lock to, marked as picked, or nil; whether it is covered (the lock may
+// pass to it in-process); and whether it never queued on the masters.
+func (c *Client) pick(key string) (q *queued, covered, lazy bool) {
 	c.local.mu.Lock()
 	defer c.local.mu.Unlock()
 	for _, q := range c.local.m[key] {
 		if !q.granting && len(q.grant) == 0 {
 			q.granting = true
 			q.pickAttempts, q.pickAttempting = q.attempts, q.attempting || q.pending
-			return q, q.oursAhead
+			return q, c.coveredLocked(q), q.pickAttempts == 0 && !q.pickAttempting
 		}
 	}
-	return nil, false
+	return nil, false, false
 }
 
-// setOursAhead records what q's last attempt found ahead of it: true when
-// every master that answered saw only waiters of this client ahead, and a
-// majority answered.
-func (c *Client) setOursAhead(q *queued, replies []holderReply) {
-	answered, ours := 0, true
+// unpick ends a pick of q that hands it nothing; q, never queued on the
+// masters, is nudged to make its first attempt: no Lock of ours will pass
+// it the lock.
+func (c *Client) unpick(q *queued) {
+	c.local.mu.Lock()
+	q.granting = false
+	if q.listed {
+		c.nextInLine(q, false)
+	}
+	c.local.mu.Unlock()
+}
+
+// observe records what q's lost attempt saw (replies, with a majority
+// answering) as its lock's view, unless a later attempt's is there.
+func (c *Client) observe(q *queued, replies []holderReply) {
+	answered, foreign := 0, int64(math.MaxInt64)
 	for _, r := range replies {
 		if r.ok {
 			answered++
-			ours = ours && r.oursAhead
+			foreign = min(foreign, r.foreign)
 		}
 	}
+	if answered < c.quorum {
+		return
+	}
 	c.local.mu.Lock()
-	q.oursAhead = ours && answered >= c.quorum
-	c.local.mu.Unlock()
+	defer c.local.mu.Unlock()
+	key := q.keys[0]
+	if v, ok := c.local.views[key]; ok && v.at > q.started {
+		return
+	}
+	if c.local.views == nil {
+		c.local.views = make(map[string]view)
+	}
+	c.local.views[key] = view{at: q.started, foreign: foreign}
 }
 
 // passable reports whether a lease that ends at until (untilBoot on the
@@ -223,7 +341,12 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 		c.leave(ctx, q.keys, strs(stale), nil)
 		stale = nil
 	}
-	next.stale = append(stale[:len(stale):len(stale)], q.id)
+	next.stale = stale
+	if q.pickAttempts > 0 || q.pickAttempting {
+		// q's entry is on the masters (a covered waiter that never queued
+		// there has none).
+		next.stale = append(stale[:len(stale):len(stale)], q.id)
+	}
 	c.passed.Add(1)
 	if obs := c.cfg.lockObs; obs != nil {
 		now, _ := c.clock.now()
@@ -251,8 +374,8 @@ func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
 		q.grant <- l // cap 1, and one handoff at a time
 		l = nil
 		ws := c.local.m[q.keys[0]]
-		if i := slices.Index(ws, q); i >= 0 && i+1 < len(ws) {
-			signal(ws[i+1].wake)
+		if i := slices.Index(ws, q); i >= 0 {
+			c.lineUp(ws, i+1, true)
 		}
 	}
 	c.local.mu.Unlock()

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,7 +151,7 @@ func TestFairPassOn(t *testing.T) {
 	queuedOn(t, admin, res, 1)
 	// Its attempt's replies read: it knows only its client's waiters are
 	// ahead of it (none).
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 && ws[0].oursAhead })
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 && c.coveredLocked(ws[0]) })
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
@@ -196,7 +197,7 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	// second queues here first: it puts its entry on the masters when next
 	// in line, or at the refresh; either way its stamp is the latest.
 	// first knows it heads the queue; second is listed.
-	listedHere(t, mine, res, func(ws []*queued) bool { return len(ws) == 2 && ws[0].oursAhead })
+	listedHere(t, mine, res, func(ws []*queued) bool { return len(ws) == 2 && mine.coveredLocked(ws[0]) })
 	require.NoError(t, holder.Unlock(ctx))
 
 	f := <-first
@@ -288,5 +289,142 @@ func nothingLeft(t *testing.T, admin []*redis.Client, resource string, within ti
 			z, _ := a.ZRangeWithScores(ctx, e, 0, -1).Result()
 			t.Logf("%s: key %q pttl %v, entries %v", a.Options().Addr, v, pttl, z)
 		}
+	}
+}
+
+// fairCalls counts the fair_lock.lua calls a master is sent.
+type fairCalls struct{ n atomic.Int64 }
+
+func (f *fairCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *fairCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (f *fairCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == fairLockScript.Hash() || args[1] == fairLockLua) {
+			f.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestFairPassCoversBatch: waiters of one client that queued here behind
+// its first waiter are passed the lock one after the other, in their
+// order, with one fair_lock.lua round between them all: the attempt of the
+// second, made during the first's section, covers those behind it.
+func TestFairPassCoversBatch(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	calls := &fairCalls{}
+	masters[0].(*redis.Client).AddHook(calls)
+	res := resourceName(t)
+	c := fairClient(t, masters, DefaultFairEntryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder := lockEverywhere(t, c, admin, &res, time.Minute)
+	const n = 5
+	var waiting [n]<-chan lockResult
+	waiting[0] = lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+	for i := 1; i < n; i++ {
+		// One at a time, so that their stamps are in this order.
+		waiting[i] = lockAsync(ctx, c, res, time.Minute)
+		listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == i+1 })
+	}
+	queuedOn(t, admin, res, 1) // the others wait here, with no entry on the masters
+	before := calls.n.Load()
+	require.NoError(t, holder.Unlock(ctx))
+	for i := range n {
+		var r lockResult
+		select {
+		case r = <-waiting[i]:
+			require.NoError(t, r.err)
+		case <-ctx.Done():
+			t.Fatalf("waiter %d never got the lock", i)
+		}
+		for j := i + 1; j < n; j++ {
+			select {
+			case o := <-waiting[j]:
+				t.Fatalf("waiter %d got the lock while %d held it (err %v)", j, i, o.err)
+			default:
+			}
+		}
+		if i == 0 {
+			// The second waiter's attempt, begun when the first took the
+			// lock, has read its replies: its view covers it and the rest.
+			listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == n-1 && c.coveredLocked(ws[n-2]) })
+		}
+		assert.Equal(t, holder.Token(), r.l.Token(), "waiter %d was not passed the lock", i)
+		require.NoError(t, r.l.Unlock(ctx))
+	}
+	assert.Equal(t, uint64(n), c.passed.Load())
+	assert.Zero(t, c.handed.Load())
+	assert.Equal(t, int64(1), calls.n.Load()-before, "fair_lock.lua rounds while the lock went down the line")
+	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
+}
+
+// sleepsOn reports whether a waiter of c on resource sleeps on token.
+func sleepsOn(c *Client, resource, token string) bool {
+	c.push.mu.Lock()
+	subs := slices.Clone(c.push.subs)
+	c.push.mu.Unlock()
+	for _, s := range subs {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		ch := s.chans["lock:"+resource]
+		found := false
+		if ch != nil {
+			for w := range ch.waiters {
+				w.mu.Lock()
+				found = found || w.holder == token
+				w.mu.Unlock()
+			}
+		}
+		s.mu.Unlock()
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFairHandoffWakesOtherWaiters: a direct handoff still tells the
+// waiters of other clients that the releaser's token is gone. A client
+// without fairness that sleeps on that token wakes, reads the new holder,
+// and takes the lock at its release; before, it slept until the old key's
+// expiry (10 s in a mixed run of TestFairMutualExclusion).
+func TestFairHandoffWakesOtherWaiters(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	c := fairClient(t, masters, DefaultFairEntryTTL)
+	plain := newTestClient(t, masters, WithNodeTimeout(250*time.Millisecond))
+	t.Cleanup(func() { _ = plain.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder := lockEverywhere(t, c, admin, &res, 30*time.Second)
+	mine := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 1)
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+	theirs := lockAsync(ctx, plain, res, time.Minute)
+	require.Eventually(t, func() bool { return sleepsOn(plain, res, holder.Token()) }, 5*time.Second, time.Millisecond,
+		"the other client's waiter does not sleep on the holder's token")
+	require.NoError(t, holder.Unlock(ctx))
+	m := <-mine
+	require.NoError(t, m.err)
+	require.Equal(t, uint64(1), c.handed.Load(), "not a direct handoff")
+	require.NoError(t, m.l.Unlock(ctx))
+	released := time.Now()
+	select {
+	case r := <-theirs:
+		require.NoError(t, r.err)
+		assert.Less(t, r.at.Sub(released), 5*time.Second)
+		require.NoError(t, r.l.Unlock(ctx))
+	case <-ctx.Done():
+		t.Fatal("the other client's waiter slept through the handoff and the release")
 	}
 }

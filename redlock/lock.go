@@ -219,11 +219,17 @@ func (l *Lock) unlock(ctx context.Context) error {
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
 	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
-		if q, oursAhead := l.c.pick(l.key); q != nil {
-			if oursAhead && l.c.passable(q, until, untilBoot) {
+		if q, covered, lazy := l.c.pick(l.key); q != nil {
+			switch {
+			case covered && l.c.passable(q, until, untilBoot):
 				return l.passOn(ctx, q, until, untilBoot)
+			case lazy:
+				// No entry of q's for the masters to hand the key to: a
+				// plain release, then q's first attempt.
+				defer l.c.unpick(q)
+			default:
+				return l.handOff(ctx, q)
 			}
-			return l.handOff(ctx, q)
 		}
 	}
 

@@ -117,10 +117,12 @@ const DefaultFairEntryTTL = time.Second
 // it every entryTTL/3), so one that died blocks the queue at most that
 // long. When the head is a waiter of the releasing client, Unlock hands it
 // the lock in its own release round (no round of the waiter's, no
-// message), or, when only this client's waiters are queued ahead of it and
-// the lease has three quarters of the head's TTL left, passes it on
+// message), or, when the client's last queued attempt on the lock showed no
+// waiter of another client ahead of the next waiter of its own and the
+// lease has three quarters of that waiter's TTL left, passes it on
 // in-process with no round at all: same token and lease, a fence of its
-// own (see docs/design.md, "Fair handoff"). 0, the default, turns it off;
+// own. One queued attempt covers every waiter of the client listed before
+// it (see docs/design.md, "Fair handoff"). 0, the default, turns it off;
 // otherwise it must be at least 4 node timeouts. Use one setting for every
 // client of a resource.
 func WithFairness(entryTTL time.Duration) Option {

@@ -452,10 +452,10 @@ func (w *waiter) listening(ctx context.Context, quorum int, timeout time.Duratio
 
 // holderReply is what the holder script said on one master.
 type holderReply struct {
-	ok        bool
-	token     string
-	pttl      int64 // ms; -2 no key, -1 no expiry
-	oursAhead bool  // fair_lock.lua: every waiter queued ahead is of this client
+	ok      bool
+	token   string
+	pttl    int64 // ms; -2 no key, -1 no expiry
+	foreign int64 // fair_lock.lua: the stamp of the first waiter of another client queued (MaxInt64: none)
 }
 
 // plan prepares w for the wait after the lost round: it returns how long

@@ -7,7 +7,9 @@
 -- ARGV[6] our client's tag (the ids of its waiters hold it at characters 15-22).
 -- Returns {1} when the key is ours (and our entry is gone), else {0, value of the key or false,
 -- ms until it may be free: the key's PTTL, or, when the key is free for another head, until
--- that head's entry expires, 1 if every entry ahead of ours is of our client (else 0)}.
+-- that head's entry expires, the arrival stamp (14 hex digits of µs, as in the ids) of the first
+-- entry of another client among the first 64 queued, the 64th entry's when all 64 are ours (no
+-- other client's can be earlier), '' when there is none}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -33,22 +35,22 @@ for k = 2, 3 do
     redis.call('PEXPIRE', KEYS[k], ttl)
   end
 end
-local ours = 1
-local rank = redis.call('ZRANK', KEYS[2], ARGV[3])
-if rank and rank > 0 then
-  local ahead = redis.call('ZRANGE', KEYS[2], 0, rank - 1)
-  for i = 1, #ahead do
-    if string.sub(ahead[i], 15, 22) ~= ARGV[6] then
-      ours = 0
-      break
-    end
+local foreign = ''
+local first = redis.call('ZRANGE', KEYS[2], 0, 63)
+for i = 1, #first do
+  if string.sub(first[i], 15, 22) ~= ARGV[6] then
+    foreign = string.sub(first[i], 1, 14)
+    break
   end
 end
+if foreign == '' and #first == 64 then
+  foreign = string.sub(first[64], 1, 14)
+end
 if v and v ~= 'q' then
-  return {0, v, redis.call('PTTL', KEYS[1]), ours}
+  return {0, v, redis.call('PTTL', KEYS[1]), foreign}
 end
 local until_ = redis.call('ZSCORE', KEYS[3], head)
 if not until_ then
-  return {0, v, ttl, ours}
+  return {0, v, ttl, foreign}
 end
-return {0, v, math.max(0, tonumber(until_) - now), ours}
+return {0, v, math.max(0, tonumber(until_) - now), foreign}

@@ -8,8 +8,10 @@
 -- A direct handoff (handoff.go) adds ARGV[2] the id of a queued waiter of the releaser's own client,
 -- ARGV[3] its new token, ARGV[4] its TTL in ms: when that waiter is the head, the key is set to its
 -- token at once and its entry removed, whether the key held our token or was free for the head
--- (absent, or the reservation, as fair_lock.lua would take it); nothing is published, since the
--- waiter is told in-process. ARGV[2] '' is no handoff.
+-- (absent, or the reservation, as fair_lock.lua would take it). The waiter is told in-process;
+-- when the key held our token, the release is still published, naming the head, so that a waiter
+-- of another client that sleeps on our token (a client without fairness) wakes and reads the new
+-- holder instead of sleeping until our key would have expired. ARGV[2] '' is no handoff.
 -- ARGV[5], ARGV[6], ...: entries to remove from the queue first (waiters of our client that took
 -- the lock in-process and left their entries behind, see passOn in handoff.go).
 -- KEYS the lock keys (one, or a lock's several resources), ARGV[1] token.
@@ -54,7 +56,11 @@ local function release(key)
       redis.call('SET', key, ARGV[3], 'PX', ARGV[4])
       redis.call('ZREM', q, head)
       redis.call('ZREM', e, head)
-      return ours and 2 or 3
+      if ours then
+        redis.call('PUBLISH', key, ARGV[1] .. '/' .. head)
+        return 2
+      end
+      return 3
     end
     if not ours then
       return 0
