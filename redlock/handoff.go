@@ -408,14 +408,22 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 	ttl := q.lockTTL
 	c.issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))
-	// release.lua's reply + 1 per master; 0: none yet, -1: failed.
+	// release.lua's reply + 1 per master, from the handoff's call or the
+	// plain release; 0: none yet, -1: failed.
 	replies := make([]atomic.Int64, len(c.masters))
 	answered := make(chan struct{}, len(c.masters)) // one per call that returned
+	// The masters where l's acquiring call returned are this round's,
+	// decided before it starts. A call of l's that failed or is still
+	// running may yet set l's key: that master gets the plain release,
+	// after the call (below).
+	for i := range c.masters {
+		if _, err, ok := old.Returned(i); ok && err == nil {
+			who[i].Store(byHandoff)
+		}
+	}
 	start, boot := c.clock.now()
 	round := c.group.Do(detached, func(ctx context.Context, i int) (bool, error) {
-		// A call of l's that failed or is still running may yet set l's
-		// key: that master gets the plain release, after the call.
-		if _, err, ok := old.Returned(i); !ok || err != nil || !who[i].CompareAndSwap(undecided, byHandoff) {
+		if who[i].Load() != byHandoff {
 			return false, errNotHanded
 		}
 		ok, probe := c.enter(i)
@@ -451,10 +459,21 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			return
 		}
 		if _, err := old.Result(i); err != nil && c.neverSent(i, err) {
+			replies[i].Store(0 + 1) // nothing to release
+			answered <- struct{}{}
 			return
 		}
 		var r release
 		l.releaseOne(ctx, i, &r)
+		switch r.state.Load() {
+		case releasedHeld:
+			replies[i].Store(1 + 1)
+		case releasedNotOurs:
+			replies[i].Store(0 + 1)
+		default:
+			replies[i].Store(-1)
+		}
+		answered <- struct{}{}
 	}, func() bool { return true })
 
 	switch got := round.Count(quorum.Agreed); {
@@ -480,13 +499,13 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		}
 	}
 
-	return l.handedOutcome(old, round, who, replies, answered)
+	return l.handedOutcome(round, who, replies, answered)
 }
 
 // handedOutcome is Unlock's outcome of a handoff round: it waits, at most
 // until the round's calls end, until the releases that held our token make
 // a majority or can no longer.
-func (l *Lock) handedOutcome(old, round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
+func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
 	c := l.c
 	var timer *time.Timer
 	for {
@@ -497,15 +516,10 @@ func (l *Lock) handedOutcome(old, round *quorum.Round, who []atomic.Int32, repli
 				held++
 			case n == -1:
 				failed++
-			case n == 0 && who[i].Load() == byHandoff:
-				open++ // still running
 			case n == 0:
-				// Left to the plain release because our acquiring call
-				// there failed or had not returned: unknown, as a release
-				// still running is on Unlock's plain path.
-				if _, err, ok := old.Returned(i); !ok || (err != nil && !c.neverSent(i, err)) {
-					failed++
-				}
+				// The handoff's call or the plain release (after our
+				// acquiring call there returns) is still to answer.
+				open++
 			}
 		}
 		switch {

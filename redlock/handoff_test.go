@@ -428,3 +428,56 @@ func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 		t.Fatal("the other client's waiter slept through the handoff and the release")
 	}
 }
+
+// TestFairClientsTakeTurns: two fair clients, each with goroutines taking
+// turns on one lock. Passing the lock on in-process within a client must
+// not keep it there while the other client's waiters are queued: the
+// sections of one client come in short runs, never one long run.
+func TestFairClientsTakeTurns(t *testing.T) {
+	masters, _ := waitMasters(t, 3)
+	res := resourceName(t)
+	clients := []*Client{fairClient(t, masters, DefaultFairEntryTTL), fairClient(t, masters, DefaultFairEntryTTL)}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const perClient, sections = 3, 15
+	var (
+		mu    sync.Mutex
+		order []int // the client of each section, in order
+		wg    sync.WaitGroup
+	)
+	for k := range 2 * perClient {
+		c := k % 2
+		wg.Go(func() {
+			for range sections {
+				l, err := clients[c].Lock(ctx, res, 10*time.Second)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				order = append(order, c)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				assert.NoError(t, l.Unlock(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, order, 2*perClient*sections)
+	// The last sections of the client that finishes later run alone.
+	tail := len(order) - 1
+	for tail > 0 && order[tail-1] == order[len(order)-1] {
+		tail--
+	}
+	longest, run := 1, 1
+	for i := 1; i < tail; i++ {
+		if order[i] == order[i-1] {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 1
+		}
+	}
+	t.Logf("longest run of one client %d; passed %d + %d, handed %d + %d", longest,
+		clients[0].passed.Load(), clients[1].passed.Load(), clients[0].handed.Load(), clients[1].handed.Load())
+	assert.LessOrEqual(t, longest, 3*perClient, "one client kept the lock while the other's waiters were queued: %v", order)
+}
