@@ -25,12 +25,7 @@ func TestFairDirectHandoff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder := lockEverywhere(t, c, admin, &res, 30*time.Second)
-	waiting := lockAsync(ctx, c, res, time.Minute)
-	queuedOn(t, admin, res, 1)
-	// Its attempt's replies read: a release can hand it the lock (before,
-	// the release is a plain one; CI saw that on a loaded machine).
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+	holder, waiting := heldWithWaiter(ctx, t, c, admin, &res)
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
@@ -222,6 +217,20 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	require.NoError(t, s.l.Unlock(ctx))
 }
 
+// heldWithWaiter locks *res with c on every master for 30 s, then starts a
+// Lock of c for a minute and returns once it is queued on the masters and
+// listed here (its attempt's replies read: a release can hand it the lock;
+// before that, the release is a plain one, as CI saw on a loaded machine).
+// The holder's lease is too short to pass on to it.
+func heldWithWaiter(ctx context.Context, t *testing.T, c *Client, admin []*redis.Client, res *string) (*Lock, <-chan lockResult) {
+	t.Helper()
+	holder := lockEverywhere(t, c, admin, res, 30*time.Second)
+	waiting := lockAsync(ctx, c, *res, time.Minute)
+	queuedOn(t, admin, *res, 1)
+	listedHere(t, c, *res, func(ws []*queued) bool { return len(ws) == 1 })
+	return holder, waiting
+}
+
 // listedHere waits until the waiters c lists for resource, in queue order,
 // satisfy ok.
 func listedHere(t *testing.T, c *Client, resource string, ok func([]*queued) bool) {
@@ -406,10 +415,7 @@ func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder := lockEverywhere(t, c, admin, &res, 30*time.Second)
-	mine := lockAsync(ctx, c, res, time.Minute)
-	queuedOn(t, admin, res, 1)
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+	holder, mine := heldWithWaiter(ctx, t, c, admin, &res)
 	theirs := lockAsync(ctx, plain, res, time.Minute)
 	require.Eventually(t, func() bool { return sleepsOn(plain, res, holder.Token()) }, 5*time.Second, time.Millisecond,
 		"the other client's waiter does not sleep on the holder's token")
