@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -65,7 +66,12 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 	}
 	var err error
 	if inv.masters, inv.fence, err = backend.ServerOptions(list, fenceAddr, password, tlsCA); err != nil {
-		return nil, usage(fs, "%s", oneLine(err))
+		// One kind of configuration error is enough to say.
+		why := oneLine(err)
+		if _, rest, ok := strings.Cut(err.Error(), backend.ErrConfig.Error()+": "); ok {
+			why = oneLine(errors.New(rest))
+		}
+		return nil, usage(fs, "%s", why)
 	}
 	if inv.format != "text" && inv.format != "json" {
 		return nil, usage(fs, "-o %q: want text or json", inv.format)

@@ -22,7 +22,12 @@ func TestCheckBadFlags(t *testing.T) {
 		code, _, errOut := runCmd(t, append([]string{"check"}, args...)...)
 		assert.Equal(t, exitUsage, code, "%v: %s", args, errOut)
 	}
-	code, _, errOut := runCmd(t, "check", "-h")
+	// A bad address is said once as a configuration error, not twice.
+	code, _, errOut := runCmd(t, "check", "-addrs", "bogus://x")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, `check: invalid configuration: master address bogus://x: scheme "bogus"`)
+	assert.NotContains(t, errOut, "bad backend configuration")
+	code, _, errOut = runCmd(t, "check", "-h")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, errOut, "-fence-addr")
 	code, _, errOut = runCmd(t, "-h")
