@@ -187,7 +187,11 @@ func yRange(rows []report.Row, under int, legend float64) (lo, hi float64) {
 // labelKey spells out the abbreviations the labels use, and only those.
 func labelKey(rows []report.Row, labels []string) string {
 	var key []string
-	if slices.ContainsFunc(rows, func(r report.Row) bool { return r.Mode != "single" }) {
+	switch {
+	case slices.ContainsFunc(rows, func(r report.Row) bool { return r.Scenario == "choose" }):
+		// The options of `redlock-bench choose` run on Redis masters, etcd members, one PostgreSQL.
+		key = append(key, "Nm: N servers")
+	case slices.ContainsFunc(rows, func(r report.Row) bool { return r.Mode != "single" }):
 		key = append(key, "Nm: N masters")
 	}
 	if slices.ContainsFunc(labels, func(l string) bool { return strings.Contains(l, "c=") }) {

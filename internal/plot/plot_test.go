@@ -84,3 +84,24 @@ func TestPlotScale(t *testing.T) {
 	}
 	require.NoError(t, plot.Draw(filepath.Join(t.TempDir(), "scale.png"), rep))
 }
+
+// TestPlotLabelKey: the key under the chart spells out "Nm" as what the
+// rows run on: masters for the benchmark's rows, servers for the options of
+// `redlock-bench choose` (etcd's are members).
+func TestPlotLabelKey(t *testing.T) {
+	draw := func(rep *report.Report) string {
+		path := filepath.Join(t.TempDir(), "latency.svg")
+		require.NoError(t, plot.Draw(path, rep))
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(b)
+	}
+	rep := reporttest.Realistic()
+	assert.Contains(t, draw(rep), "N masters")
+	for i := range rep.Results {
+		rep.Results[i].Scenario = "choose"
+	}
+	svg := draw(rep)
+	assert.Contains(t, svg, "N servers")
+	assert.NotContains(t, svg, "N masters")
+}
