@@ -222,8 +222,9 @@ func TestFairMutualExclusion(t *testing.T) {
 	defer cancel()
 	const perWorker = 10
 	var (
-		holding, most, done atomic.Int32
-		wg                  sync.WaitGroup
+		inside exclusive
+		done   atomic.Int32
+		wg     sync.WaitGroup
 	)
 	for k := range 6 {
 		c := clients[k%len(clients)]
@@ -233,19 +234,28 @@ func TestFairMutualExclusion(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				n := holding.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				time.Sleep(time.Millisecond)
-				holding.Add(-1)
+				inside.hold()
 				assert.NoError(t, l.Unlock(ctx))
 				done.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, int32(1), most.Load(), "two holders at once")
+	assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
 	assert.Equal(t, int32(6*perWorker), done.Load())
+}
+
+// exclusive counts the goroutines inside a lock's critical sections.
+type exclusive struct{ holding, most atomic.Int32 }
+
+// hold is a 1 ms critical section; most is the most goroutines ever in one
+// at once.
+func (e *exclusive) hold() {
+	n := e.holding.Add(1)
+	for m := e.most.Load(); n > m && !e.most.CompareAndSwap(m, n); m = e.most.Load() {
+	}
+	time.Sleep(time.Millisecond)
+	e.holding.Add(-1)
 }
 
 // TestFairTryLock: TryLock never queues: it fails while waiters are queued

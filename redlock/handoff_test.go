@@ -85,8 +85,9 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	defer cancel()
 	const workers, perWorker = 6, 15
 	var (
-		holding, most, sections, gaveUp atomic.Int32
-		wg                              sync.WaitGroup
+		inside           exclusive
+		sections, gaveUp atomic.Int32
+		wg               sync.WaitGroup
 	)
 	for k := range workers {
 		wg.Go(func() {
@@ -106,18 +107,14 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 					gaveUp.Add(1)
 					continue
 				}
-				n := holding.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				time.Sleep(time.Millisecond)
-				holding.Add(-1)
+				inside.hold()
 				assert.NoError(t, l.Unlock(ctx))
 				sections.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, int32(1), most.Load(), "two holders at once")
+	assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
 	assert.Equal(t, int32(workers*perWorker), sections.Load()+gaveUp.Load())
 	direct := c.handed.Load() + c.passed.Load()
 	assert.Greater(t, direct, uint64(sections.Load()/2), "fewer than half the sections were handed over directly")
@@ -447,9 +444,10 @@ func TestFairClientsTakeTurns(t *testing.T) {
 	defer cancel()
 	const perClient, sections = 3, 15
 	var (
-		mu    sync.Mutex
-		order []int // the client of each section, in order
-		wg    sync.WaitGroup
+		mu     sync.Mutex
+		order  []int // the client of each section, in order
+		inside exclusive
+		wg     sync.WaitGroup
 	)
 	for k := range 2 * perClient {
 		c := k % 2
@@ -462,13 +460,14 @@ func TestFairClientsTakeTurns(t *testing.T) {
 				mu.Lock()
 				order = append(order, c)
 				mu.Unlock()
-				time.Sleep(time.Millisecond)
+				inside.hold()
 				assert.NoError(t, l.Unlock(ctx))
 			}
 		})
 	}
 	wg.Wait()
 	require.Len(t, order, 2*perClient*sections)
+	assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
 	// The last sections of the client that finishes later run alone.
 	tail := len(order) - 1
 	for tail > 0 && order[tail-1] == order[len(order)-1] {
