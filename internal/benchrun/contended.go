@@ -105,14 +105,7 @@ func waitBound(ttl time.Duration) time.Duration { return 2 * ttl }
 // count towards sections per second and fairness, since after it the
 // waiters no longer compete with the goroutines that have stopped.
 func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {
-	for ctx.Err() == nil {
-		if counted {
-			if left.Add(-1) < 0 {
-				return
-			}
-		} else if !time.Now().Before(end) {
-			return
-		}
+	for w.more(ctx, counted, left, end) {
 		k := w.rng.IntN(len(v.resources))
 		g := v.guards[k]
 		start := time.Now()
@@ -120,9 +113,7 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		l, err := v.client.Lock(lctx, v.resources[k], cfg.TTL)
 		won := time.Now()
 		cancel()
-		_ = w.acquire.RecordValue(micros(won.Sub(start)))
-		w.attempts++
-		bar.Add(1)
+		w.record(won.Sub(start), bar)
 		if err != nil {
 			if !w.failed(ctx, err, invalid) {
 				return

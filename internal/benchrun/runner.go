@@ -528,21 +528,11 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 }
 
 func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {
-	for ctx.Err() == nil {
-		if counted {
-			if left.Add(-1) < 0 {
-				return
-			}
-		} else if !time.Now().Before(end) {
-			return
-		}
+	for w.more(ctx, counted, left, end) {
 		res := v.resources[w.rng.IntN(len(v.resources))]
 		start := time.Now()
 		l, err := v.client.TryLock(ctx, res, cfg.TTL)
-		acquired := time.Since(start)
-		_ = w.acquire.RecordValue(micros(acquired))
-		w.attempts++
-		bar.Add(1)
+		w.record(time.Since(start), bar)
 		if err != nil {
 			if !w.failed(ctx, err, invalid) {
 				return
@@ -559,6 +549,25 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 		_ = w.cycle.RecordValue(micros(time.Since(start)))
 		w.acquired++
 	}
+}
+
+// more reports whether the worker makes another attempt: while the
+// slice's budget of attempts lasts (counted), else until end.
+func (w *worker) more(ctx context.Context, counted bool, left *atomic.Int64, end time.Time) bool {
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case counted:
+		return left.Add(-1) >= 0
+	}
+	return time.Now().Before(end)
+}
+
+// record counts one attempt that took d, whatever its outcome.
+func (w *worker) record(d time.Duration, bar *progress.Bar) {
+	_ = w.acquire.RecordValue(micros(d))
+	w.attempts++
+	bar.Add(1)
 }
 
 // failed counts an attempt that returned err. It returns false when no
