@@ -43,6 +43,16 @@ func fairClient(t *testing.T, masters []Master, entryTTL time.Duration) *Client 
 	return c
 }
 
+// heldFor takes resource with c for a minute and waits until its key is
+// on every master.
+func heldFor(ctx context.Context, t *testing.T, c *Client, admin []*redis.Client, resource string) *Lock {
+	t.Helper()
+	l, err := c.TryLock(ctx, resource, time.Minute)
+	require.NoError(t, err)
+	heldEverywhere(t, admin, resource, l)
+	return l
+}
+
 // heldEverywhere waits until every server's key of resource holds l.
 func heldEverywhere(t *testing.T, admin []*redis.Client, resource string, l *Lock) {
 	t.Helper()
@@ -90,9 +100,7 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 
-			first, err := holderC.TryLock(ctx, res, time.Minute)
-			require.NoError(t, err)
-			heldEverywhere(t, admin, res, first)
+			first := heldFor(ctx, t, holderC, admin, res)
 			waiting := lockAsync(ctx, waiterC, res, time.Minute)
 			queuedOn(t, admin, res, 1)
 			require.NoError(t, first.Unlock(ctx))
@@ -135,9 +143,7 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder, err := c.TryLock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	heldEverywhere(t, admin, res, holder)
+	holder := heldFor(ctx, t, c, admin, res)
 	quitter, quit := context.WithCancel(ctx)
 	gaveUp := lockAsync(quitter, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
@@ -168,9 +174,7 @@ func TestFairDeadWaiter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder, err := c.TryLock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	heldEverywhere(t, admin, res, holder)
+	holder := heldFor(ctx, t, c, admin, res)
 	q, e, _ := queueKeys("lock:" + res)
 	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
 	var deadline time.Time
@@ -268,10 +272,7 @@ func TestFairTryLock(t *testing.T) {
 	defer cancel()
 	q, e, _ := queueKeys("lock:" + res)
 
-	holder, err := c.TryLock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	heldEverywhere(t, admin, res, holder)
-	heldEverywhere(t, admin, res, holder)
+	holder := heldFor(ctx, t, c, admin, res)
 	for _, a := range admin {
 		n, err := a.Exists(ctx, q, e).Result()
 		require.NoError(t, err)
@@ -279,7 +280,7 @@ func TestFairTryLock(t *testing.T) {
 	}
 	waiting := lockAsync(ctx, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
-	_, err = c.TryLock(ctx, res, time.Minute)
+	_, err := c.TryLock(ctx, res, time.Minute)
 	require.ErrorIs(t, err, ErrNotAcquired)
 	queuedOn(t, admin, res, 1)
 

@@ -50,9 +50,7 @@ func TestFairHandoffKeepsOrderAcrossClients(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder, err := mine.TryLock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	heldEverywhere(t, admin, res, holder)
+	holder := heldFor(ctx, t, mine, admin, res)
 	first := lockAsync(ctx, other, res, time.Minute)
 	queuedOn(t, admin, res, 1)
 	second := lockAsync(ctx, mine, res, time.Minute)
@@ -178,9 +176,7 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	holder, err := mine.TryLock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	heldEverywhere(t, admin, res, holder)
+	holder := heldFor(ctx, t, mine, admin, res)
 	first := lockAsync(ctx, mine, res, time.Minute)
 	queuedOn(t, admin, res, 1)
 	theirs := lockAsync(ctx, other, res, time.Minute)
