@@ -45,8 +45,7 @@ const reserved = "q"
 // queued is one Lock call that waits in the masters' queues.
 type queued struct {
 	id     string   // the stamp, the client's tag and a tiebreak in fixed-width hex: sorts like (stamp, tag, tiebreak)
-	stamp  string   // µs since the Unix epoch, the entry's score
-	at     int64    // the same, as a number
+	at     int64    // the arrival stamp, µs since the Unix epoch: the entry's score
 	keys   []string // lock key, queue, entry deadlines
 	ttlMS  int64    // the entry's TTL
 	pushed bool     // a release on a majority reaches us
@@ -108,7 +107,6 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 	now := time.Now().UnixMicro()
 	return &queued{
 		id:      fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32()),
-		stamp:   strconv.FormatInt(now, 10),
 		at:      now,
 		keys:    []string{key, q, e},
 		ttlMS:   c.cfg.fairTTL.Milliseconds(),
@@ -122,7 +120,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 
 // fairCall is one queued attempt on master i: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := fairLockScript.Run(ctx, c.masters[i], q.keys, token, ttlMS, q.id, q.stamp, q.ttlMS, c.tag).Slice()
+	vals, err := fairLockScript.Run(ctx, c.masters[i], q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag).Slice()
 	if err != nil {
 		return false, err
 	}

@@ -322,9 +322,10 @@ func strs(ss []string) []any {
 	return out
 }
 
-// passOn is Unlock when q, a waiter of this client, heads the queue behind
-// waiters of this client only, and the lease has most of q's TTL left: the
-// lock passes to q in-process, with no round. q's Lock has l's token,
+// passOn is Unlock when q, the next waiter of this client, is covered (no
+// waiter of another client is ahead of it, see coveredLocked) and the
+// lease has most of q's TTL left: the lock passes to q in-process, with no
+// round. q's Lock has l's token,
 // keys and lease (its Until is l's); it mints its own fence. The masters
 // see nothing: their keys hold the same token until the same expiry, so
 // mutual exclusion is l's, and l has ended before q's Lock exists. Waiters
@@ -454,6 +455,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 	deadline := start.Add(lease)
 	next.untilBoot = boot + lease
 
+	args := l.releaseArgs()
 	old.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		if !who[i].CompareAndSwap(undecided, byRelease) {
 			return
@@ -464,7 +466,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			return
 		}
 		var r release
-		l.releaseOne(ctx, i, &r)
+		l.releaseOne(ctx, i, &r, args)
 		switch r.state.Load() {
 		case releasedHeld:
 			replies[i].Store(1 + 1)

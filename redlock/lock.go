@@ -315,6 +315,7 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 		settled = func() bool { return enough(out) }
 	}
 	detached := context.WithoutCancel(ctx)
+	args := l.releaseArgs()
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		agreed, err := round.Result(i)
 		if err == nil && !agreed && l.queued && len(l.stale) == 0 {
@@ -334,21 +335,27 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 			go func() {
 				ctx, cancel := context.WithTimeout(detached, c.cfg.nodeTimeout)
 				defer cancel()
-				l.releaseOne(ctx, i, &out[i])
+				l.releaseOne(ctx, i, &out[i], args)
 			}()
 			return
 		}
-		l.releaseOne(ctx, i, &out[i])
+		l.releaseOne(ctx, i, &out[i], args)
 	}, settled)
 	return out
 }
 
-// releaseOne runs the compare-and-delete on master i and records it in r.
-func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
-	args := l.args
-	if len(l.stale) > 0 {
-		args = append([]any{l.token, "", "", 0}, strs(l.stale)...)
+// releaseArgs are release.lua's arguments for l: its token, and after no
+// handoff the entries that passOn left behind, for the release to remove.
+func (l *Lock) releaseArgs() []any {
+	if len(l.stale) == 0 {
+		return l.args
 	}
+	return append([]any{l.token, "", "", 0}, strs(l.stale)...)
+}
+
+// releaseOne runs the compare-and-delete with args on master i and records
+// it in r.
+func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, args...).Int64()
 	switch {
 	case err != nil:
