@@ -325,8 +325,8 @@ func strs(ss []string) []any {
 // passOn is Unlock when q, the next waiter of this client, is covered (no
 // waiter of another client is ahead of it, see coveredLocked) and the
 // lease has most of q's TTL left: the lock passes to q in-process, with no
-// round. q's Lock has l's token,
-// keys and lease (its Until is l's); it mints its own fence. The masters
+// round. q's Lock has l's token, keys and lease (its Until is l's); it
+// mints its own fence. The masters
 // see nothing: their keys hold the same token until the same expiry, so
 // mutual exclusion is l's, and l has ended before q's Lock exists. Waiters
 // of other clients keep their place: q was ahead of them by its stamp.
