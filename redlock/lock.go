@@ -188,9 +188,11 @@ func (l *Lock) endLocked(cause error) {
 //
 // It returns nil when a majority of masters still held our token: the lease
 // was intact to the end. It returns [ErrLockNotHeld] when fewer did (the
-// lease had lapsed, and another holder may have had the lock meanwhile) or
-// when the lock was already released, and [ErrQuorumUnavailable] when too
-// many masters failed to tell; either joined with the per-master errors.
+// lease had lapsed, and another holder may have had the lock meanwhile),
+// when the lock had ended before (Done closed: its lease ran out, an Extend
+// or the renewer failed) or was already released, and
+// [ErrQuorumUnavailable] when too many masters failed to tell; either joined
+// with the per-master errors. A lock that had ended is never passed on.
 //
 // A renewer started by [Lock.Renew] has stopped when Unlock returns.
 func (l *Lock) Unlock(ctx context.Context) error {
@@ -216,11 +218,17 @@ func (l *Lock) unlock(ctx context.Context) error {
 	}
 	l.unlocked = true
 	until, untilBoot := l.until, l.untilBoot
+	lost := l.cause // the lock ended before this Unlock: nil when it had not
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
 	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
 		if q, covered, lazy := l.c.pick(l.key); q != nil {
 			switch {
+			case lost != nil:
+				// Its keys may be gone and another client may hold the
+				// lock: nothing of it is passed on. A plain release, then
+				// q tries in a round of its own.
+				defer l.c.unpick(q)
 			case covered && l.c.passable(q, until, untilBoot):
 				return l.passOn(ctx, q, until, untilBoot)
 			case lazy:
@@ -255,6 +263,10 @@ func (l *Lock) unlock(ctx context.Context) error {
 		}
 	}
 	switch {
+	case lost != nil:
+		// Whatever the masters still held: the holder was told the lock
+		// had ended (Done, Context), and may have stopped its work.
+		return l.releaseError(fmt.Errorf("%w: the lock had ended before Unlock: %w", ErrLockNotHeld, lost), released)
 	case held >= l.c.quorum:
 		// Failures of the rest are logged by the release itself.
 		return nil
@@ -419,7 +431,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 			return false, errStuck
 		}
 		n, err := extendScript.Run(ctx, c.masters[i], l.keys, l.token, ms).Int64()
-		c.exit(i, probe, err)
+		c.exit(ctx, i, probe, err)
 		return n == 1, err
 	})
 	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
