@@ -436,7 +436,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		}
 		if q != nil {
 			won, err := c.fairCall(ctx, i, q, rep, l.token, ttl.Milliseconds())
-			c.exit(i, probe, err)
+			c.exit(ctx, i, probe, err)
 			if won && c.quarantined(i) {
 				return false, errQuarantined
 			}
@@ -448,7 +448,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		} else {
 			err = acquireAll(ctx, c.masters[i], l.keys, args)
 		}
-		c.exit(i, probe, err)
+		c.exit(ctx, i, probe, err)
 		switch {
 		case err == nil && c.quarantined(i):
 			// The key is set there (so the master knows the holder, and the
@@ -525,8 +525,18 @@ func (c *Client) enter(i int) (ok, probe bool) {
 	return c.health[i].enter(c.nanos(), int64(c.cfg.nodeTimeout))
 }
 
-func (c *Client) exit(i int, probe bool, err error) {
-	if c.health[i].exit(c.nanos(), probe, replied(err)) && c.guard != nil {
+// exit records that a call to master i on ctx (a round's) returned err. A
+// call that got no reply because the caller's own context ended, not the
+// round's deadline, says nothing of the master: go-redis gives up such a
+// call before it takes a connection. It counts neither way.
+func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
+	h := &c.health[i]
+	ok := replied(err)
+	if !ok && ctx.Err() != nil && context.Cause(ctx) != quorum.ErrTimeout {
+		h.abstain(probe)
+		return
+	}
+	if h.exit(c.nanos(), probe, ok) && c.guard != nil {
 		c.suspect(i)
 	}
 }

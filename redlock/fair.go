@@ -234,7 +234,7 @@ func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(
 			return false, errStuck
 		}
 		err := fairLeaveScript.Run(ctx, c.masters[i], keys, ids...).Err()
-		c.exit(i, probe, err)
+		c.exit(ctx, i, probe, err)
 		if err != nil {
 			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)
 		}

@@ -434,7 +434,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			return false, errStuck
 		}
 		n, err := releaseScript.Run(ctx, c.masters[i], l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...).Int64()
-		c.exit(i, probe, err)
+		c.exit(ctx, i, probe, err)
 		if err != nil {
 			replies[i].Store(-1)
 		} else {

@@ -88,6 +88,15 @@ func (h *health) exit(now int64, probe, replied bool) (back bool) {
 	return back
 }
 
+// abstain is exit for a call that tells nothing of the master: the
+// caller's context ended it.
+func (h *health) abstain(probe bool) {
+	h.inflight.Add(-1)
+	if probe {
+		h.probing.Store(false)
+	}
+}
+
 // replied reports whether err (a call's outcome) came from the server: no
 // error, a nil reply or an error reply.
 func replied(err error) bool {

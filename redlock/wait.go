@@ -505,7 +505,7 @@ func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key strin
 			return false, errStuck
 		}
 		vals, err := holderScript.Run(ctx, c.masters[i], keys).Slice()
-		c.exit(i, probe, err)
+		c.exit(ctx, i, probe, err)
 		if err != nil || len(vals) != 2 {
 			return false, err
 		}

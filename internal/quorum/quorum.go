@@ -153,7 +153,8 @@ type Group struct {
 //
 // Each call gets one context shared by the round: ctx with the round's
 // deadline (its start plus timeout), so a client that honours deadlines
-// gives up in time. Do enforces the timeout itself too, so it holds for
+// gives up in time. When that deadline ends it, its context.Cause is
+// [ErrTimeout]; when ctx ends first, ctx's cause. Do enforces the timeout itself too, so it holds for
 // clients that ignore deadlines; such a call keeps running after the round.
 func (g Group) Do(ctx context.Context, call Call) *Round {
 	n, need, timeout := g.Nodes, g.Need, g.Timeout
@@ -162,7 +163,8 @@ func (g Group) Do(ctx context.Context, call Call) *Round {
 	if n == 0 {
 		return r
 	}
-	r.calls, r.cancel = context.WithDeadline(ctx, r.deadline)
+	// The cause tells a call that the round's deadline ended it, not ctx.
+	r.calls, r.cancel = context.WithDeadlineCause(ctx, r.deadline, ErrTimeout)
 	results := make(chan result, n)
 	for i := 0; i < n; i++ {
 		go r.run(i, call, results)

@@ -1,0 +1,108 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/redisserver"
+)
+
+// A call that failed because the caller's own context had ended never
+// reached the master (go-redis gives up before it takes a connection): it
+// says nothing of the master, and costs it neither its vote nor its place
+// in the next round.
+
+// TestCallerCancelNotCountedByGuard: with the restart guard, an Extend
+// whose context had already ended does not make the masters suspects: the
+// next TryLock on a fresh resource counts every vote.
+func TestCallerCancelNotCountedByGuard(t *testing.T) {
+	_, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
+	c := newTestClient(t, masters, WithRestartGuard(time.Hour), WithNodeTimeout(250*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	sampled(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ended, stop := context.WithCancel(ctx)
+	stop()
+	for k := range 10 {
+		l, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
+		require.NoError(t, err, "round %d", k)
+		err = l.Extend(ended, 500*time.Millisecond)
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, err, ErrLockNotHeld)
+		l2, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
+		require.NoError(t, err, "round %d: the second TryLock after an Extend with an ended context", k)
+		for i := range masters {
+			assert.False(t, c.quarantined(i), "round %d: master %d out after the caller's cancellation", k, i)
+		}
+		require.NoError(t, l2.Unlock(ctx))
+	}
+}
+
+// TestCallerCancelNotCountedByBreaker: an Extend whose context had ended,
+// then more than the breaker's quiet time idle: the masters are not taken
+// out, and 8 TryLocks at once all win.
+func TestCallerCancelNotCountedByBreaker(t *testing.T) {
+	masters, _ := waitMasters(t, 3)
+	const nodeTimeout = 50 * time.Millisecond
+	c := newTestClient(t, masters, WithNodeTimeout(nodeTimeout))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
+	require.NoError(t, err)
+	ended, stop := context.WithCancel(ctx)
+	stop()
+	require.ErrorIs(t, l.Extend(ended, 500*time.Millisecond), context.Canceled)
+	time.Sleep(outAfter*nodeTimeout + 50*time.Millisecond)
+	for i := range masters {
+		ok, probe := c.enter(i)
+		require.True(t, ok, "master %d is out after the caller's cancellation", i)
+		require.False(t, probe, "master %d is probed after the caller's cancellation", i)
+		c.health[i].exit(c.nanos(), probe, true)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for k := range errs {
+		wg.Go(func() {
+			var l *Lock
+			if l, errs[k] = c.TryLock(ctx, resourceName(t), 500*time.Millisecond); errs[k] == nil {
+				errs[k] = l.Unlock(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	for k, err := range errs {
+		assert.NoError(t, err, "TryLock %d", k)
+	}
+}
+
+// TestRoundDeadlineStillCounts: the twin: a master that does not answer
+// within the round's own deadline is still a master that did not reply.
+func TestRoundDeadlineStillCounts(t *testing.T) {
+	masters, _ := waitMasters(t, 3)
+	c := newTestClient(t, masters, WithNodeTimeout(50*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	var calls sync.WaitGroup
+	calls.Add(len(masters))
+	round := c.group.Do(context.Background(), func(ctx context.Context, i int) (bool, error) {
+		defer calls.Done()
+		ok, probe := c.enter(i)
+		if !ok {
+			return false, errStuck
+		}
+		<-ctx.Done() // a master that hangs past the node timeout
+		c.exit(ctx, i, probe, ctx.Err())
+		return false, ctx.Err()
+	})
+	require.True(t, round.TimedOut)
+	calls.Wait()
+	for i := range masters {
+		assert.True(t, c.health[i].failedLast.Load(), "master %d: a call past the round's deadline was not counted as no reply", i)
+	}
+}
