@@ -255,7 +255,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		if err := ctx.Err(); err != nil {
 			if handed != nil {
-				handed.abandonHanded(ctx)
+				handed.abandonHanded(ctx, nil)
 			}
 			return nil, errors.Join(ErrNotAcquired, err)
 		}
@@ -350,7 +350,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 func (c *Client) take(ctx context.Context, l *Lock) (*Lock, error) {
 	if c.cfg.minter != nil {
 		if err := c.mint(ctx, l, l.until); err != nil {
-			l.abandonHanded(ctx)
+			l.abandonHanded(ctx, nil)
 			return nil, err
 		}
 	}

@@ -120,7 +120,7 @@ func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
 	}
 	c.local.mu.Unlock()
 	if left != nil && left != took {
-		left.abandonHanded(ctx)
+		left.abandonHanded(ctx, nil)
 	}
 }
 
@@ -381,17 +381,23 @@ func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
 	}
 	c.local.mu.Unlock()
 	if l != nil {
-		l.abandonHanded(ctx)
+		l.abandonHanded(ctx, nil)
 	}
 }
 
 // abandonHanded frees the keys of a handed lock nobody will hold, in the
-// background.
-func (l *Lock) abandonHanded(ctx context.Context) {
+// background, and then wakes wake when it is not nil: its waiter tries
+// again once the masters that answered have let the keys go.
+func (l *Lock) abandonHanded(ctx context.Context, wake chan struct{}) {
 	l.mu.Lock()
 	l.ended, l.cause = true, errUnlocked
 	l.mu.Unlock()
-	go l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
+	go func() {
+		l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
+		if wake != nil {
+			signal(wake)
+		}
+	}()
 }
 
 // handOff is Unlock when q, a waiter of this client, may take the lock:
@@ -487,18 +493,14 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			obs.Attempted(now.Sub(start), deadline.Sub(now), nil)
 		}
 		c.deliver(ctx, q, next)
-	case got > 0:
-		// Too few to hold: free them, and have q try at once.
-		c.deliver(ctx, q, nil)
-		next.abandonHanded(ctx)
-		signal(q.wake)
 	default:
+		// Too few counted to hold. Masters that took q's token may be among
+		// those not counted (quarantined, a reply lost after the script
+		// ran, a call that outlives the round): their keys would stay for
+		// q's whole TTL with a token nobody holds. Free them, then q tries
+		// at once.
 		c.deliver(ctx, q, nil)
-		if round.Count(quorum.Pending) > 0 {
-			// A call that outlived the round may still hand a key over:
-			// release it once it has returned.
-			next.abandonHanded(ctx)
-		}
+		next.abandonHanded(ctx, q.wake)
 	}
 
 	return l.handedOutcome(round, who, replies, answered)

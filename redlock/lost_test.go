@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,4 +131,60 @@ func TestLostLockNotPassedOnByRenewer(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotAcquired, "another client took the lock B holds")
 	assert.ErrorIs(t, r.a.Unlock(ctx), ErrLockNotHeld)
 	require.NoError(t, got.l.Unlock(ctx))
+}
+
+// lostHandoffReply runs the first direct handoff (release.lua with a
+// waiter's id) it is sent and then loses its reply, as a timeout after the
+// script ran would.
+type lostHandoffReply struct {
+	*redis.Client
+	lost atomic.Bool
+}
+
+func (m *lostHandoffReply) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return m.lose(ctx, m.Client.EvalSha(ctx, sha, keys, args...), sha == releaseScript.Hash(), args)
+}
+
+func (m *lostHandoffReply) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return m.lose(ctx, m.Client.Eval(ctx, script, keys, args...), script == releaseLua, args)
+}
+
+func (m *lostHandoffReply) lose(ctx context.Context, cmd *redis.Cmd, release bool, args []any) *redis.Cmd {
+	if !release || len(args) < 4 || args[1] == "" || cmd.Err() != nil || !m.lost.CompareAndSwap(false, true) {
+		return cmd
+	}
+	lost := redis.NewCmd(ctx)
+	lost.SetErr(errors.New("read tcp: i/o timeout (the reply to the handoff was lost)"))
+	return lost
+}
+
+// TestHandoffUncountedKeysReleased: a direct handoff whose every handed
+// master is not counted (here the one master's reply is lost after its
+// script set the waiter's new key) leaves that key to nobody: it is
+// released at once and the waiter woken, which takes the lock in a round of
+// its own instead of waiting out the orphan key's TTL of a minute.
+func TestHandoffUncountedKeysReleased(t *testing.T) {
+	masters, admin := waitMasters(t, 1)
+	lossy := &lostHandoffReply{Client: masters[0].(*redis.Client)}
+	res := resourceName(t)
+	c := fairClient(t, []Master{lossy}, DefaultFairEntryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	holder, waiting := heldWithWaiter(ctx, t, c, admin, &res)
+	released := time.Now()
+	err := holder.Unlock(ctx)
+	require.True(t, lossy.lost.Load(), "the release was not a direct handoff")
+	assert.ErrorIs(t, err, ErrQuorumUnavailable, "Unlock whose release reply was lost")
+	var w lockResult
+	select {
+	case w = <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter is still waiting 10 s after the release: the handed key was orphaned")
+	}
+	require.NoError(t, w.err)
+	t.Logf("the waiter took the lock %v after the release", w.at.Sub(released))
+	assert.Zero(t, c.handed.Load(), "a handoff that no master counted was delivered")
+	heldEverywhere(t, admin, res, w.l)
+	require.NoError(t, w.l.Unlock(ctx))
 }

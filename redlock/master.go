@@ -111,11 +111,11 @@ func isErrorReply(err error) bool {
 }
 
 // neverSent reports an error that proves a command never reached master i:
-// the breaker held it back, or the connection could not be dialled by a
+// the breaker held it back, a handoff round left it to the plain release, or the connection could not be dialled by a
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) {
+	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) {
 		return true
 	}
 	var op *net.OpError
