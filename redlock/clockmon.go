@@ -69,6 +69,9 @@ func (c *Client) sampleClock(ctx context.Context, i int) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if c.guard.stopped.Load() {
+		return // Close has reset what the guard knew
+	}
 	if err != nil {
 		m.clock.off = true
 		m.clock.out = noRestart

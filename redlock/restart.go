@@ -46,8 +46,9 @@ type restartGuard struct {
 	masters  []guarded
 	kick     chan struct{} // cap 1: sample now (a master came back)
 	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopped  atomic.Bool // by Close: suspicions are no longer raised
+	loop     sync.WaitGroup // the watch loop
+	samples  sync.WaitGroup // samples in flight, at most one per master
+	stopped  atomic.Bool    // by Close: no sample counts, no suspicion is raised
 }
 
 // guarded is what the guard knows of one master.
@@ -149,19 +150,23 @@ func (c *Client) startGuard() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	g.wg.Go(func() { c.watch(ctx) })
+	g.loop.Go(func() { c.watch(ctx) })
 }
 
-// stopGuard stops the watcher and waits for its samples; then every
-// master counts. Idempotent.
-func (c *Client) stopGuard() {
+// stopGuard stops the watcher and waits, at most until by, for its
+// samples in flight: go-redis may not give up a read of a master that
+// hangs before its ReadTimeout (never, with -1). Such a sample ends later,
+// in the background, and changes nothing. Then every master counts.
+// Idempotent.
+func (c *Client) stopGuard(by time.Time) {
 	g := c.guard
 	if g == nil {
 		return
 	}
-	g.cancel()
-	g.wg.Wait()
 	g.stopped.Store(true)
+	g.cancel()
+	g.loop.Wait()
+	waitBy(&g.samples, by)
 	for i := range g.masters {
 		m := &g.masters[i]
 		m.mu.Lock()
@@ -179,7 +184,7 @@ func (c *Client) watch(ctx context.Context) {
 		for i := range g.masters {
 			c.review(i)
 			if g.masters[i].sampling.CompareAndSwap(false, true) {
-				g.wg.Go(func() {
+				g.samples.Go(func() {
 					defer g.masters[i].sampling.Store(false)
 					c.sampleClock(ctx, i)
 					c.sample(ctx, i)
@@ -225,6 +230,9 @@ func (c *Client) sample(ctx context.Context, i int) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if c.guard.stopped.Load() {
+		return // Close has reset what the guard knew
+	}
 	if !ok {
 		// Managed Redis often disables INFO: without it there is nothing
 		// to watch, and quarantining for ever would cost the master.

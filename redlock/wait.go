@@ -140,14 +140,17 @@ func (c *Client) startSubscribers() {
 	}
 }
 
-// Close stops the client's subscriptions: their connections are closed and
-// their goroutines have returned when it returns. The client still locks
-// afterwards; a Lock that waits then retries on its timer alone. Close is
-// idempotent and does not release locks. It returns nil. It also stops the
-// watcher of [WithRestartGuard] and [WithClockMonitor]; afterwards every
-// master's vote counts.
+// Close stops the client's subscriptions and the watcher of
+// [WithRestartGuard] and [WithClockMonitor], and wakes every Lock of the
+// client that waits: from then on such a Lock polls at the retry delay
+// ([WithRetry]). The client still locks; every master's vote counts. Close
+// returns once the goroutines it stops have returned, or after one node
+// timeout: a call to a master that hangs ends only when the go-redis client
+// gives it up (its ReadTimeout), and its goroutine then ends in the
+// background. Close is idempotent and does not release locks. It returns nil.
 func (c *Client) Close() error {
-	c.stopGuard()
+	by := time.Now().Add(c.cfg.nodeTimeout)
+	c.stopGuard(by)
 	p := &c.push
 	p.mu.Lock()
 	if p.closed {
@@ -165,13 +168,29 @@ func (c *Client) Close() error {
 			continue
 		}
 		close(s.done)
-		s.mu.Lock()
-		s.up = false
-		s.mu.Unlock()
-		_ = s.ps.Close() // unblocks read; the error is only ErrClosed or the socket's
+		s.lost() // wakes every waiter: it polls from now on
+		// Unblocks read; the error is only ErrClosed or the socket's. Not
+		// waited for: it waits for a subscription call in flight, which a
+		// master that hangs holds until the ReadTimeout.
+		go func() { _ = s.ps.Close() }()
 	}
-	p.wg.Wait()
+	waitBy(&p.wg, by)
 	return nil
+}
+
+// waitBy waits for wg, at most until by.
+func waitBy(wg *sync.WaitGroup, by time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func signal(ch chan struct{}) {
@@ -422,7 +441,15 @@ func (w *waiter) leave() {
 // listening waits, at most timeout, until a release on quorum masters
 // reaches w, and reports whether it does.
 func (w *waiter) listening(ctx context.Context, quorum int, timeout time.Duration) bool {
-	if len(w.subs) < quorum {
+	open := 0
+	for _, s := range w.subs {
+		select {
+		case <-s.done: // closed by Close
+		default:
+			open++
+		}
+	}
+	if open < quorum {
 		return false
 	}
 	var t *time.Timer
