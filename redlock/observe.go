@@ -43,8 +43,9 @@ type LockObserver interface {
 	// Extended: an Extend, or one of a renewer's, ended with err (nil:
 	// extended).
 	Extended(err error)
-	// Waiting: a Lock call started waiting after a failed attempt (delta
-	// +1), or returned after it had (-1).
+	// Waiting: a Lock call started waiting (delta +1), after a failed
+	// attempt or, with [WithFairness], behind a waiter of its own client
+	// before its first; or it returned after it had (-1).
 	Waiting(delta int)
 }
 

@@ -285,3 +285,38 @@ func TestObserverAllocs(t *testing.T) {
 	assert.Positive(t, counting.attempts.Load())
 	assert.Positive(t, counting.votes.Load())
 }
+
+// TestWaitingCountsFairWaiters: Lock calls of a fair client that wait
+// in-process behind a waiter of their own client, before their first
+// attempt, are waiting too: the gauge counts every one of them as soon as
+// it is listed, and is back at zero when they have all returned.
+func TestWaitingCountsFairWaiters(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	obs := newLockLog()
+	// A long entry TTL: the listed waiters make their first attempt only
+	// when nudged, or at the refresh 10 s away.
+	c := newTestClient(t, masters, WithFairness(30*time.Second), WithNodeTimeout(250*time.Millisecond), WithObserver(obs))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := resourceName(t)
+	holder := heldFor(ctx, t, c, admin, res)
+	const n = 5
+	results := make(chan lockResult, n)
+	for k := range n {
+		go func() { results <- <-lockAsync(ctx, c, res, time.Minute) }()
+		if k == 0 {
+			// The others find it listed, and wait behind it in-process.
+			listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+		}
+	}
+	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == n })
+	assert.Equal(t, int64(n), obs.waiting.Load(), "Lock calls waiting on the gauge, with %d listed", n)
+	require.NoError(t, holder.Unlock(ctx))
+	for range n {
+		w := <-results
+		require.NoError(t, w.err)
+		require.NoError(t, w.l.Unlock(ctx))
+	}
+	assert.Zero(t, obs.waiting.Load(), "waiters left on the gauge after every Lock returned")
+}
