@@ -237,6 +237,10 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		w = c.join(key)
 		if q = c.enqueue(key, ttl, w); q != nil {
 			w.setID(q.id)
+			if c.cfg.lockObs != nil {
+				waiting = true // before it can be seen listed
+				c.cfg.lockObs.Waiting(1)
+			}
 			c.list(q)
 			grant = q.grant
 			h, err := c.awaitTurn(ctx, q)
@@ -278,7 +282,11 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		}
 		if q != nil {
 			q.pushed = c.readyQueued(ctx, w)
-			c.attempting(q, true, nil)
+			if !c.attempting(q, true, nil) {
+				handed = <-q.grant // passed to us since the check above
+				n--                // not an attempt
+				continue
+			}
 		}
 		l, round, err := c.attempt(ctx, resource, ttl, q)
 		if q != nil {

@@ -233,9 +233,17 @@ func (c *Client) waitedOn(key string) bool {
 	return len(c.local.m[key]) > 0
 }
 
-// attempting records that q starts an attempt (true) or finished one.
-func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
+// attempting records that q starts an attempt (true) or finished one. It
+// reports false, and records nothing, when a lock passed to q waits in its
+// grant: q takes that instead of starting an attempt, which would put its
+// entry on the masters after the pass decided that it had none (see
+// deliver).
+func (c *Client) attempting(q *queued, on bool, round *quorum.Round) bool {
 	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	if on && len(q.grant) > 0 {
+		return false
+	}
 	q.attempting = on
 	if on {
 		q.toAttempt = false
@@ -244,7 +252,7 @@ func (c *Client) attempting(q *queued, on bool, round *quorum.Round) {
 	} else {
 		q.pending = round != nil && round.Count(quorum.Pending) > 0
 	}
-	c.local.mu.Unlock()
+	return true
 }
 
 // pick returns the first listed waiter on key that no releaser is handing
@@ -334,20 +342,17 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	c := l.c
 	next := &Lock{c: c, resource: l.resource, key: l.key, keys: l.keys, token: l.token, args: l.args,
 		round: l.round, queued: l.queued, passed: true, until: until, untilBoot: untilBoot}
-	// q's entry stays queued: the release that ends this chain of passes
-	// removes it, or a batch in the background once there are enough. Not
-	// q's own at once: an attempt of q's may still be putting it there.
+	// The entries of the waiters of this chain of passes stay queued (q's
+	// is added by deliver, when q has one): the release that ends the
+	// chain removes them, or a batch in the background once there are
+	// enough. Not q's at once: an attempt of q's may still be putting it
+	// there.
 	stale := l.stale
 	if len(stale) >= staleBatch {
 		c.leave(ctx, q.keys, strs(stale), nil)
 		stale = nil
 	}
 	next.stale = stale
-	if q.pickAttempts > 0 || q.pickAttempting {
-		// q's entry is on the masters (a covered waiter that never queued
-		// there has none).
-		next.stale = append(stale[:len(stale):len(stale)], q.id)
-	}
 	c.passed.Add(1)
 	if obs := c.cfg.lockObs; obs != nil {
 		now, _ := c.clock.now()
@@ -372,6 +377,13 @@ func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
 	c.local.mu.Lock()
 	q.granting = false
 	if l != nil && q.listed {
+		if l.passed && !lazyLocked(q) {
+			// q's entry is on the masters, put there by an attempt that
+			// may have begun after the pick (a covered waiter that never
+			// queued there has none, and starts no attempt from now on:
+			// see attempting).
+			l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.id)
+		}
 		q.grant <- l // cap 1, and one handoff at a time
 		l = nil
 		ws := c.local.m[q.keys[0]]

@@ -450,6 +450,19 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
 	case l.over(deadline, deadlineBoot):
 		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
+	default:
+		l.mu.Lock()
+		if l.ended {
+			// Done's timer ended it after the check above: the holder was
+			// told, and a lock that ended stays ended.
+			err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
+		} else {
+			l.until, l.untilBoot = deadline, deadlineBoot
+			if l.timer != nil {
+				l.timer.Reset(l.leftLocked())
+			}
+		}
+		l.mu.Unlock()
 	}
 	if err != nil {
 		if failed != nil {
@@ -457,15 +470,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		}
 		l.lose(fmt.Errorf("%w: Extend failed: %w", ErrLockLost, err))
 		l.releaseAll(ctx, round, nil) // what this Extend prolonged must not outlive the lock
-		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.until, l.untilBoot = deadline, deadlineBoot
-	if l.timer != nil {
-		l.timer.Reset(l.leftLocked())
-	}
-	return nil
+	return err
 }
 
 func (l *Lock) lose(cause error) {
