@@ -68,3 +68,103 @@ func Example_fencedInventoryUpdate() {
 	// A's write refused: true
 	// stock 99, written with B's fence: true, newer than A's: true
 }
+
+// newNode starts an in-process Redis server for the examples and returns a
+// client of it; stop closes both.
+func newNode() (node *redis.Client, stop func()) {
+	srv, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	node = redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	return node, func() { _ = node.Close(); srv.Close() }
+}
+
+// docs/fencing.md's first example: a fenced client, and a lock whose fence
+// goes with every write.
+func ExampleNewRedisCounter() {
+	var masters []redlock.Master
+	for range 3 {
+		master, stop := newNode()
+		defer stop()
+		masters = append(masters, master)
+	}
+	fenceNode, stop := newNode()
+	defer stop()
+	client, err := newFencedClient(masters, fenceNode)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	if err := allocate(ctx, client); err != nil {
+		log.Fatal(err)
+	}
+	// Output: write carries a fence: true
+}
+
+// newFencedClient returns a client whose locks carry a fence minted on fenceNode, a Redis node
+// that is none of the masters. Build one per process; Close it when the process ends.
+func newFencedClient(masters []redlock.Master, fenceNode *redis.Client) (*redlock.Client, error) {
+	counter, err := fence.NewRedisCounter(fenceNode) // or pgfence.NewCounter(pool)
+	if err != nil {
+		return nil, err
+	}
+	return redlock.New(masters, redlock.WithFence(counter))
+}
+
+func allocate(ctx context.Context, client *redlock.Client) error {
+	lock, err := client.Lock(ctx, "alloc:WH-01", 30*time.Second)
+	if err != nil {
+		return err // ErrFenceUnavailable: no lock without a fence
+	}
+	defer lock.Unlock(ctx)
+	token, _ := lock.Fence()
+	// every write the lock protects carries token, and the storage checks it
+	return write(ctx, token)
+}
+
+// write stands for a write to storage that checks the fence.
+func write(ctx context.Context, token uint64) error {
+	fmt.Println("write carries a fence:", token > 0)
+	return ctx.Err()
+}
+
+// docs/fencing.md's repair after ErrCounterRegressed: Seed raises the counter
+// above every fence it may have handed out.
+func ExampleRedisCounter_Seed() {
+	node, stop := newNode()
+	defer stop()
+	counter, err := fence.NewRedisCounter(node)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	before, err := counter.Mint(ctx, "alloc:WH-01")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Say the node's clock had been set back by a second.
+	if err := reseed(ctx, counter, before, time.Second); err != nil {
+		log.Fatal(err)
+	}
+	after, err := counter.Mint(ctx, "alloc:WH-01")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("above the last fence:", after > before)
+	fmt.Println("above the clock:", after > uint64(time.Now().UnixMicro()))
+	// Output:
+	// above the last fence: true
+	// above the clock: true
+}
+
+// reseed raises the counter of alloc:WH-01 above every fence that may have been handed out:
+// maxFenceInStorage is the largest fence in storage, clockStep how far the node's clock was set back.
+func reseed(ctx context.Context, counter *fence.RedisCounter, maxFenceInStorage uint64, clockStep time.Duration) error {
+	atLeast := max(maxFenceInStorage, uint64(time.Now().UnixMicro())+uint64(clockStep.Microseconds()))
+	return counter.Seed(ctx, "alloc:WH-01", atLeast) // never lowers; lifts this counter's refusal
+}

@@ -5,33 +5,51 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strconv"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
+	"quorumlock.dev/redlock/redlockprom"
 )
 
-// masters starts n in-process Redis servers for the examples; in production
-// these are the clients of independent Redis masters.
-func masters(n int) ([]redlock.Master, func()) {
-	var ms []redlock.Master
+// servers starts n in-process Redis servers for the examples and returns
+// their addresses; in production these are independent Redis servers.
+func servers(n int) ([]string, func()) {
+	var addrs []string
 	var stops []func()
 	for range n {
 		srv, err := miniredis.Run()
 		if err != nil {
 			log.Fatal(err)
 		}
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		ms = append(ms, c)
-		stops = append(stops, func() { _ = c.Close(); srv.Close() })
+		addrs = append(addrs, srv.Addr())
+		stops = append(stops, srv.Close)
 	}
-	return ms, func() {
+	return addrs, func() {
 		for _, stop := range stops {
 			stop()
 		}
+	}
+}
+
+// masters starts n in-process Redis servers for the examples; in production
+// these are the clients of independent Redis masters.
+func masters(n int) ([]redlock.Master, func()) {
+	addrs, stopServers := servers(n)
+	var ms []redlock.Master
+	for _, addr := range addrs {
+		ms = append(ms, redis.NewClient(&redis.Options{Addr: addr}))
+	}
+	return ms, func() {
+		for _, m := range ms {
+			_ = m.(*redis.Client).Close()
+		}
+		stopServers()
 	}
 }
 
@@ -185,4 +203,230 @@ func ExampleLock_Renew() {
 	// Output:
 	// renewal failed on outbox:relay: redlock: no progress since the last extension
 	// lost: true stalled: true
+}
+
+// The README's quick start, on in-process servers: run and the functions it
+// calls are the README's code, word for word (internal/doccheck checks it).
+func Example_quickStart() {
+	masterAddrs, stopMasters := servers(3)
+	defer stopMasters()
+	nodes, stopNodes := servers(2)
+	defer stopNodes()
+	fenceAddr, stockAddr := nodes[0], nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if err := run(ctx, masterAddrs, fenceAddr, stockAddr); err != nil {
+		log.Fatal(err)
+	}
+	stock := redis.NewClient(&redis.Options{Addr: stockAddr})
+	defer stock.Close()
+	var guard fence.RedisGuard
+	qty, _, err := guard.Get(ctx, stock, "stock:WH-01")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stock:WH-01 =", qty)
+	// Output:
+	// report written
+	// moved stock from WH-01 to WH-07
+	// sent batch-1
+	// sent batch-2
+	// stock:WH-01 = 99
+}
+
+// run locks on independent Redis masters (not replicas of one another; one
+// master is the single-instance mode). The fence counter's node and the
+// stock's are none of the masters.
+func run(ctx context.Context, masterAddrs []string, fenceAddr, stockAddr string) error {
+	var masters []redlock.Master
+	for _, addr := range masterAddrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		masters = append(masters, rdb)
+	}
+	client, err := redlock.New(masters)
+	if err != nil {
+		return err
+	}
+	defer client.Close() // ends its subscriptions; it releases no lock
+
+	// A fenced client: each lock carries a token from a counter on its own node.
+	fenceNode := redis.NewClient(&redis.Options{Addr: fenceAddr})
+	defer fenceNode.Close()
+	counter, err := fence.NewRedisCounter(fenceNode)
+	if err != nil {
+		return err
+	}
+	fenced, err := redlock.New(masters, redlock.WithFence(counter))
+	if err != nil {
+		return err
+	}
+	defer fenced.Close()
+	stock := redis.NewClient(&redis.Options{Addr: stockAddr})
+	defer stock.Close()
+
+	if err := nightlyReport(ctx, client); err != nil {
+		return err
+	}
+	if err := moveStock(ctx, client, "WH-01", "WH-07"); err != nil {
+		return err
+	}
+	if err := relay(ctx, client, []string{"batch-1", "batch-2"}); err != nil {
+		return err
+	}
+	return recordStocktake(ctx, fenced, stock, "WH-01", 99)
+}
+
+// nightlyReport writes the report in one process at a time.
+func nightlyReport(ctx context.Context, client *redlock.Client) error {
+	// Lock waits for the holder's release or its keys' expiry: bound the wait.
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	lock, err := client.Lock(waitCtx, "report:nightly", 30*time.Second)
+	if err != nil {
+		return err // errors.Is(err, context.DeadlineExceeded): still held after 10 s
+	}
+	defer lock.Unlock(ctx)
+	return writeReport(lock.Context()) // lock.Context() ends if the lock is lost
+}
+
+// moveStock holds both SKUs, or neither, while it moves stock between them.
+func moveStock(ctx context.Context, client *redlock.Client, from, to string) error {
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lock, err := client.LockAll(waitCtx, []string{"sku:" + from, "sku:" + to}, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock(ctx)
+	return transfer(lock.Context(), from, to)
+}
+
+// relay sends the outbox's batches under a lock that is extended while they
+// go out. Do waits for the lock as Lock does: ctx bounds the wait.
+func relay(ctx context.Context, client *redlock.Client, batches []string) error {
+	err := client.Do(ctx, "outbox:relay", 30*time.Second, func(ctx context.Context, l *redlock.Lock) error {
+		// Extended when a third of the lease is left, if Progress was called
+		// since the last extension, never past an hour.
+		if err := l.Renew(30*time.Second, time.Hour); err != nil {
+			return err
+		}
+		for _, b := range batches {
+			if err := send(ctx, b); err != nil { // ctx ends if the lock is lost
+				return err
+			}
+			l.Progress()
+		}
+		return nil
+	})
+	return err // errors.Is(err, redlock.ErrLockLost): the lock was lost while fn ran
+}
+
+// recordStocktake stores a counted quantity. The guard refuses the write once
+// a newer holder of the lock has written, so a holder that paused past its
+// lease cannot overwrite its successor.
+func recordStocktake(ctx context.Context, fenced *redlock.Client, stock *redis.Client, sku string, qty int) error {
+	lock, err := fenced.TryLock(ctx, "stocktake:"+sku, 30*time.Second) // one attempt, no wait
+	if err != nil {
+		return err // errors.Is(err, redlock.ErrNotAcquired): another holder has it
+	}
+	defer lock.Unlock(ctx)
+	token, _ := lock.Fence() // there whenever the client was built WithFence
+	var guard fence.RedisGuard
+	// A refused write wraps fence.ErrFenceRejected: a newer holder has written; this lock was stale.
+	return guard.Set(ctx, stock, "stock:"+sku, strconv.Itoa(qty), token, 0)
+}
+
+// writeReport, transfer and send stand for the work that the quick start's
+// locks guard.
+func writeReport(ctx context.Context) error {
+	fmt.Println("report written")
+	return ctx.Err()
+}
+
+func transfer(ctx context.Context, from, to string) error {
+	fmt.Println("moved stock from", from, "to", to)
+	return ctx.Err()
+}
+
+func send(ctx context.Context, batch string) error {
+	fmt.Println("sent", batch)
+	return ctx.Err()
+}
+
+// The Prometheus exporter as the client's observer: docs/operations.md's
+// "Metrics and alerts" shows newObservedClient and checkEvery.
+func ExampleWithObserver_prometheus() {
+	ms, stop := masters(3)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	client, m, err := newObservedClient(ms, reg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+
+	lock, err := client.TryLock(ctx, "report:nightly", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lock.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	checkCtx, stopChecks := context.WithTimeout(ctx, 250*time.Millisecond)
+	defer stopChecks()
+	checkEvery(checkCtx, client, m, 100*time.Millisecond) // until checkCtx ends
+
+	families, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "quorumlock_lock_acquire_attempts_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			if s.GetCounter().GetValue() > 0 {
+				fmt.Println(f.GetName(), s.GetLabel()[0].GetValue(), s.GetCounter().GetValue())
+			}
+		}
+	}
+	// Output: quorumlock_lock_acquire_attempts_total acquired 1
+}
+
+// newObservedClient returns a client whose events are quorumlock_lock_* metrics on reg, and
+// the metrics, which also count what guards refuse: fence.RedisGuard{OnReject: m.FenceRejected},
+// pgfence.Guard{Table: "inventory", OnReject: m.FenceRejected}.
+func newObservedClient(masters []redlock.Master, reg prometheus.Registerer) (*redlock.Client, *redlockprom.Metrics, error) {
+	m, err := redlockprom.New("quorumlock") // metrics named quorumlock_lock_*
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Register(m); err != nil {
+		return nil, nil, err
+	}
+	client, err := redlock.New(masters, redlock.WithObserver(m), redlock.WithRestartGuard(time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, m, nil
+}
+
+// checkEvery checks the client's nodes every interval until ctx ends, for the check alert.
+func checkEvery(ctx context.Context, client *redlock.Client, m *redlockprom.Metrics, interval time.Duration) {
+	for {
+		report, err := client.Check(ctx)
+		if err != nil {
+			return // ctx ended: Check's only error
+		}
+		m.RecordCheck(report)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
 }
