@@ -89,8 +89,9 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Row is what the runs of one scenario came to. Counts are summed over the runs; times are the
-// worst run's.
+// Row is what the runs of one scenario came to. Counts are summed over the runs; latency
+// percentiles are over the attempts of all the runs together; recovery, peaks and the ghost TTL
+// are the worst run's.
 type Row struct {
 	Scenario            string  `json:"scenario"`
 	Variant             string  `json:"variant"`       // how the fault was made, where there is a choice

@@ -345,7 +345,8 @@ func proxyFaulty(ctx context.Context, addr string, nodeTimeout time.Duration) bo
 	return c.Ping(ctx).Err() != nil
 }
 
-// judgeNoErrors: with 4 of 5 masters healthy, no attempt may fail for want of a quorum.
+// judgeNoErrors: with 4 of 5 masters healthy, no attempt may fail with an error, and no more
+// than the spare may find no quorum.
 func judgeNoErrors(cfg Config, runs []result, r *Row, fail func(string, ...any)) {
 	if r.Unavailable > spare(r) || r.Errors != 0 {
 		fail("%d attempts found no quorum and %d failed with one master faulty", r.Unavailable, r.Errors)
@@ -607,7 +608,8 @@ func (m *clockMonitor) close() {
 	}
 }
 
-// judgeClockJump: the clock monitor caught every jump.
+// judgeClockJump: the clock monitor told at least as many jumps as were made, summed over the
+// runs; which master each report named is not checked.
 func judgeClockJump(cfg Config, runs []result, r *Row, fail func(string, ...any)) {
 	if want := 3 * len(runs); r.ClockJumpsDetected < want {
 		fail("the clock monitor caught %d of %d clock jumps", r.ClockJumpsDetected, want)
