@@ -43,7 +43,8 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench check -addrs host:port,... [flags]\n\n"+
 			"The settings of each master and of the fence counter that matter to the lock\n"+
 			"(redlock.Client.Check): ok, unknown, warning or problem, with what each means.\n"+
-			"Exit status 1 when some setting is a problem.\n\n")
+			"Exit status 1 when some setting is a problem; a node that could not be reached\n"+
+			"is one.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -84,8 +85,9 @@ func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
 
 // runCheck is `redlock-bench check`: exit 0 when no setting is a problem
 // (warnings and unknowns included), 1 on a problem, a node that could not
-// be reached (no reply, a refused login) or a failure, 2 on bad flags or
-// addresses New refuses.
+// be reached (no reply, a refused login; a problem here, see operatorView)
+// or a failure, 2 on bad flags or addresses New refuses. The printed worst
+// status is problem exactly when the exit status is 1 for the report.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	inv, err := parseCheck(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -108,11 +110,6 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if rep.Worst() == redlock.Problem {
 		return exitError
-	}
-	for _, n := range append(rep.Masters[:len(rep.Masters):len(rep.Masters)], deref(rep.Fence)...) {
-		if !n.Reachable() {
-			return exitError // an operator asked about a node we could not ask
-		}
 	}
 	return exitOK
 }
@@ -150,31 +147,33 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 	if err != nil {
 		return redlock.Report{}, err
 	}
-	// The go-redis options are this command's own clients', not the
-	// application's: they would tell the operator nothing.
 	for i := range rep.Masters {
-		rep.Masters[i] = serverOnly(rep.Masters[i])
+		rep.Masters[i] = operatorView(rep.Masters[i])
 	}
 	if rep.Fence != nil {
-		f := serverOnly(*rep.Fence)
+		f := operatorView(*rep.Fence)
 		rep.Fence = &f
 	}
 	return rep, nil
 }
 
-func deref(n *redlock.NodeReport) []redlock.NodeReport {
-	if n == nil {
-		return nil
-	}
-	return []redlock.NodeReport{*n}
-}
-
-func serverOnly(n redlock.NodeReport) redlock.NodeReport {
+// operatorView is n as this command reports it. The go-redis options are
+// this command's own clients', not the application's: they would tell the
+// operator nothing, and are left out. A node that could not be asked is a
+// problem here, where Client.Check calls it a warning (so that a strict
+// client still locks on the masters that are up): an operator who asked
+// about a node has no answer, and the exit status says so.
+func operatorView(n redlock.NodeReport) redlock.NodeReport {
 	var kept []redlock.Finding
 	for _, f := range n.Findings {
-		if f.Source == "server" {
-			kept = append(kept, f)
+		if f.Source != "server" {
+			continue
 		}
+		if f.Setting == "reachable" && f.Status < redlock.Problem {
+			f.Status = redlock.Problem
+			f.Why += "; a problem for this check, which could not judge the node"
+		}
+		kept = append(kept, f)
 	}
 	n.Findings = kept
 	return n

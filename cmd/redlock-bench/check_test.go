@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
 
@@ -92,6 +93,44 @@ func TestCheckCommand(t *testing.T) {
 		assert.Equal(t, exitUsage, code)
 		assert.Contains(t, errOut, "fence counter")
 	})
+}
+
+// TestCheckUnreachableIsProblem: a node that does not answer makes check
+// exit 1, and the report says problem, in the node's reachable line and in
+// the worst status, text and JSON alike: what is printed agrees with the
+// exit status.
+func TestCheckUnreachableIsProblem(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now: connections are refused
+
+	code, out, errOut := runCmd(t, "check", "-addrs", addr, "-node-timeout", "200ms")
+	assert.Equal(t, exitError, code, errOut)
+	var reach string
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, "reachable") {
+			reach = l
+		}
+	}
+	assert.Contains(t, reach, addr)
+	assert.Contains(t, reach, "problem", out)
+	assert.Contains(t, out, "worst: problem\n")
+	assert.NotContains(t, out, "worst: warning")
+
+	code, out, errOut = runCmd(t, "check", "-addrs", addr, "-node-timeout", "200ms", "-o", "json")
+	assert.Equal(t, exitError, code, errOut)
+	var rep checkJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, "problem", rep.Worst)
+	require.Len(t, rep.Masters, 1)
+	var status string
+	for _, f := range rep.Masters[0].Findings {
+		if f.Setting == "reachable" {
+			status = f.Status
+		}
+	}
+	assert.Equal(t, "problem", status)
 }
 
 // TestCheckTLSAndPassword: check reaches servers as they are run, TLS with

@@ -221,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return exitUsage
 	}
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if isTerminal(stderr) {
 		inv.Config.Progress = stderr
 	}
 	rep, err := benchrun.Run(ctx, inv.Config)
@@ -240,6 +240,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return exitOK
+}
+
+// isTerminal reports whether w is a terminal, where a progress bar can be drawn.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // oneLine keeps the first line of a joined error, without the name of the

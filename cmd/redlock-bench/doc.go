@@ -13,17 +13,21 @@
 //	redlock-bench choose [flags]    the lock-choice table: single Redis, Redlock, etcd, PostgreSQL
 //
 // `redlock-bench -h` and `redlock-bench fencing -h` list every flag with its
-// default. Exit status 0 means success, 1 a failed run (a server could not
-// be reached, a write failed), 2 bad flags.
+// default. The fencing subcommand says on stderr as each pass starts and
+// ends, with a progress bar in between when stderr is a terminal and a line
+// every 10 s otherwise. Exit status 0 means success, 1 a failed run (a
+// server could not be reached, a write failed), 2 bad flags.
 //
 // # Servers
 //
 // The embedded backend (the default) runs in-process miniredis servers, so
 // the command works on a machine without Redis; its figures include the
 // servers' own CPU and allocations, and are for trying the tool, not for
-// conclusions. -backend redis-server starts real redis-server processes on
-// free loopback ports (no persistence) and stops them by pid at the end, on
-// an error and on Ctrl-C. -addrs uses existing servers: nothing is flushed,
+// conclusions: when its rows count errors (or, with every master alive, a
+// quorum found unavailable), the text output says under the table that the
+// in-process servers were starved of CPU. -backend redis-server starts real
+// redis-server processes on free loopback ports (no persistence) and stops
+// them by pid at the end, on an error and on Ctrl-C. -addrs uses existing servers: nothing is flushed,
 // every key lives under a random prefix (lock:redlock-bench-XXXXXXXX:...) and
 // the run deletes its keys afterwards. The report names the backend and
 // every server with its version.

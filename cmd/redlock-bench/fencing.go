@@ -85,6 +85,9 @@ func runFencing(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return exitUsage
 	}
+	// A pass of a million jobs takes minutes: say how far it got, with a bar
+	// on a terminal and a line now and then elsewhere.
+	inv.cfg.Progress, inv.cfg.Bar = stderr, isTerminal(stderr)
 	rep, err := fencingbench.Run(ctx, inv.cfg)
 	if err == nil {
 		err = fencingbench.Write(stdout, rep, inv.format)

@@ -45,6 +45,27 @@ func TestFencingCommand(t *testing.T) {
 	assert.Contains(t, out, "duplicates")
 }
 
+// TestFencingTellsProgress: a pass says on stderr when it starts and ends
+// (and, on a terminal, draws a bar), and the embedded backend's counter is
+// not asked for CONFIG, which miniredis does not know: no "unknown command"
+// in the report.
+func TestFencingTellsProgress(t *testing.T) {
+	code, out, errOut := runCmd(t, "fencing", "-jobs", "300", "-skus", "40", "-c", "8", "-ttl", "300ms",
+		"-node-timeout", "100ms", "-pause-rate", "0")
+	require.Equal(t, exitOK, code, errOut)
+	for _, mode := range []string{"unfenced", "fenced"} {
+		assert.Contains(t, errOut, "fencing: "+mode+" pass: 300 jobs\n")
+		assert.Contains(t, errOut, "fencing: "+mode+" pass done in ")
+	}
+	assert.Less(t, strings.Index(errOut, "unfenced pass done"), strings.Index(errOut, "fencing: fenced pass: 300"), errOut)
+	assert.Contains(t, out, "fence counter durability: not checked: the embedded backend")
+	assert.Contains(t, out, "storage: memory, started", "no PostgreSQL version, no stray space")
+	for _, s := range []string{out, errOut} {
+		assert.NotContains(t, s, "CONFIG GET")
+		assert.NotContains(t, s, "unknown command")
+	}
+}
+
 func TestFencingBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"fencing", "-jobs", "0"},

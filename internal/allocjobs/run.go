@@ -27,6 +27,9 @@ type Config struct {
 	// long: servers that cannot keep up must not keep a run going for ever.
 	// Zero is DefaultStall(TTL, Pause).
 	Stall time.Duration
+	// Done, when set, is called after each job's first delivery was
+	// handled, from any worker: a progress display's count.
+	Done func()
 }
 
 // ErrStalled reports a run that stopped because no delivery finished within
@@ -114,6 +117,9 @@ func Run(ctx context.Context, cfg Config, client *redlock.Client, store Store) (
 			for j := range r.queue {
 				r.handle(ctx, j)
 				r.handled.Add(1)
+				if j.delivery == 1 && cfg.Done != nil {
+					cfg.Done()
+				}
 				r.pending.Done()
 			}
 		}()

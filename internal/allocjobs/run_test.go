@@ -2,6 +2,7 @@ package allocjobs
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,19 @@ func TestFencedNoDuplicates(t *testing.T) {
 	assert.Zero(t, res.Errors)
 	assert.Equal(t, proofConfig.Jobs, res.Orders, "every order shipped")
 	assert.Equal(t, proofConfig.Jobs, res.Shipments)
+}
+
+// TestDoneCountsEachJobOnce: Config.Done, a progress display's count, is
+// called once per job, redeliveries of a paused holder's job not counted.
+func TestDoneCountsEachJobOnce(t *testing.T) {
+	cfg := proofConfig
+	cfg.Jobs, cfg.PauseRate, cfg.Pause = 400, 0.05, 200*time.Millisecond
+	var done atomic.Int64
+	cfg.Done = func() { done.Add(1) }
+	res, err := Run(context.Background(), cfg, lockClient(t, false), NewMemoryStore())
+	require.NoError(t, err)
+	assert.Positive(t, res.Redelivered, "some jobs were handed out twice")
+	assert.Equal(t, cfg.Jobs, done.Load())
 }
 
 func TestBadLockSettingsFailTheRun(t *testing.T) {

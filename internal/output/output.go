@@ -182,12 +182,19 @@ func writeText(w io.Writer, r *report.Report) error {
 		return fmt.Errorf("output: write text report: %w", err)
 	}
 	// A count of errors says nothing an operator can act on: the first of
-	// each row does. Below the table, where tabwriter does not align it.
+	// each row does. Below the table, where tabwriter does not align it,
+	// one line each: a joined error's lines would read as rows of their own.
 	labels := report.Labels(r.Results, false)
 	for i, row := range r.Results {
 		if row.FirstError != "" {
-			fmt.Fprintf(sw, "first error of %s c=%d: %s\n", labels[i], row.Concurrency, row.FirstError)
+			fmt.Fprintf(sw, "first error of %s c=%d: %s\n", labels[i], row.Concurrency, joinLines(row.FirstError))
 		}
+	}
+	if r.ServersInProcess && starved(r.Results) {
+		fmt.Fprintf(sw, "note: the embedded backend's servers run in this process and share its GOMAXPROCS=%d with the client;\n"+
+			"under this load they are starved of CPU and miss the %s node timeout, so the errors and unavailable\n"+
+			"attempts above are about this machine, not the lock. For figures to draw conclusions from, run real\n"+
+			"servers: -backend redis-server, or -addrs.\n", r.GoMaxProcs, report.Duration(r.Config.NodeTimeout))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("output: write text report: %w", err)
@@ -196,6 +203,26 @@ func writeText(w io.Writer, r *report.Report) error {
 		return fmt.Errorf("output: write text report: %w", sw.err)
 	}
 	return nil
+}
+
+// joinLines joins the lines of a message, as errors.Join makes them, with
+// "; ", so that it fits on one line.
+func joinLines(s string) string {
+	s = strings.TrimRight(s, "\r\n")
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	return strings.ReplaceAll(s, "\n", "; ")
+}
+
+// starved reports rows whose attempts failed in a way that, with every
+// master alive, only a missed node timeout explains: errors, or a quorum
+// found unavailable.
+func starved(rows []report.Row) bool {
+	for _, row := range rows {
+		if row.Errors > 0 || (row.Unavailable > 0 && row.Dead == 0) {
+			return true
+		}
+	}
+	return false
 }
 
 func writeUncontended(tw io.Writer, rows []report.Row, process string) {

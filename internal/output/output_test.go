@@ -59,6 +59,61 @@ func TestWriteTextFirstError(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(out.String(), "first error of"))
 }
 
+// TestWriteTextFirstErrorOneLine: a joined error's lines (errors.Join
+// separates them with newlines) stay on the row's one line.
+func TestWriteTextFirstErrorOneLine(t *testing.T) {
+	rep := reporttest.Realistic()
+	joined := errors.Join(errors.New("redlock: quorum unavailable"),
+		errors.New("redlock: release on 127.0.0.1:39059: quorum: node did not answer in time"))
+	rep.Results[1].Errors, rep.Results[1].FirstError = 3, joined.Error()
+	var out bytes.Buffer
+	require.NoError(t, output.Write(&out, rep, "text"))
+	label := report.Labels(rep.Results, false)[1]
+	assert.Contains(t, out.String(), "first error of "+label+" c=1: redlock: quorum unavailable; redlock: release on 127.0.0.1:39059: quorum: node did not answer in time\n")
+	for line := range strings.Lines(out.String()) {
+		assert.False(t, strings.HasPrefix(line, "redlock:"), "a line of its own: %q", line)
+	}
+}
+
+// TestWriteTextEmbeddedStarved: on the embedded backend, rows with errors
+// (or a quorum found unavailable with every master alive) get a note that
+// the in-process servers were starved, and where real figures come from;
+// real servers, and dead masters' expected refusals, get none.
+func TestWriteTextEmbeddedStarved(t *testing.T) {
+	write := func(rep *report.Report) string {
+		var out bytes.Buffer
+		require.NoError(t, output.Write(&out, rep, "text"))
+		return out.String()
+	}
+	const note = "note: the embedded backend's servers run in this process"
+	embedded := func() *report.Report {
+		rep := reporttest.Realistic()
+		rep.Backend, rep.ServersInProcess, rep.GoMaxProcs = "embedded", true, 2
+		for i := range rep.Results {
+			rep.Results[i].Errors = 0
+		}
+		return rep
+	}
+
+	rep := embedded()
+	assert.NotContains(t, write(rep), note, "no errors, and the dead row's refusals are expected")
+
+	rep.Results[3].Errors = 312
+	text := write(rep)
+	assert.Contains(t, text, note)
+	assert.Contains(t, text, "GOMAXPROCS=2")
+	assert.Contains(t, text, "miss the 50ms node timeout")
+	assert.Contains(t, text, "-backend redis-server")
+
+	rep = embedded()
+	rep.Results[2].Unavailable = 40
+	assert.Contains(t, write(rep), note, "a quorum found unavailable with every master alive")
+
+	rep = reporttest.Realistic() // real servers, with errors
+	rep.Results[3].Errors = 312
+	assert.NotContains(t, write(rep), note)
+}
+
 // TestWriteTextServersInProcess: on the embedded backend the table does not
 // pass the process's allocations off as the client's.
 func TestWriteTextServersInProcess(t *testing.T) {
