@@ -142,7 +142,7 @@ func New(namespace string) (*Metrics, error) {
 		rejected: prometheus.NewCounter(prometheus.CounterOpts(opts("fence_rejected_total",
 			"Writes that a fence guard refused because the storage had seen a newer fence."))),
 		waiters: prometheus.NewGauge(prometheus.GaugeOpts(opts("waiters",
-			"Lock calls waiting to try again after a failed attempt."))),
+			"Lock calls waiting: after a failed attempt, or queued behind a waiter of their own client."))),
 		votes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_votes_total",
 			"Answers of each master to acquisition attempts, by vote.")), []string{"master", "vote"}),
 		voteDur: prometheus.NewHistogramVec(histogram("master_vote_duration_seconds",
