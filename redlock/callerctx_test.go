@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,7 +35,7 @@ func TestCallerCancelNotCountedByGuard(t *testing.T) {
 		require.NoError(t, err, "round %d", k)
 		err = l.Extend(ended, 500*time.Millisecond)
 		require.ErrorIs(t, err, context.Canceled)
-		require.ErrorIs(t, err, ErrLockNotHeld)
+		require.NotErrorIs(t, err, ErrQuorumUnavailable, "the caller's cancellation taken for the masters'")
 		l2, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
 		require.NoError(t, err, "round %d: the second TryLock after an Extend with an ended context", k)
 		for i := range masters {
@@ -104,5 +105,51 @@ func TestRoundDeadlineStillCounts(t *testing.T) {
 	calls.Wait()
 	for i := range masters {
 		assert.True(t, c.health[i].failedLast.Load(), "master %d: a call past the round's deadline was not counted as no reply", i)
+	}
+}
+
+// stallUntilDone is a master whose SET waits until its context ends and
+// then fails with the context's error, as go-redis does while it waits for
+// a connection.
+type stallUntilDone struct{ Master }
+
+func (m stallUntilDone) Process(ctx context.Context, cmd redis.Cmder) error {
+	if cmd.Name() != "set" {
+		return m.Master.Process(ctx, cmd)
+	}
+	<-ctx.Done()
+	cmd.SetErr(ctx.Err())
+	return ctx.Err()
+}
+
+// TestCallerCancelNoVote: a call that the caller's cancellation ended is not
+// told to the observer as the master's vote, and leaves the master's
+// health alone; the twin, a call that the round's deadline ended, is a
+// timeout vote and a failure.
+func TestCallerCancelNoVote(t *testing.T) {
+	for _, cancelled := range []bool{true, false} {
+		t.Run(map[bool]string{true: "caller cancelled", false: "round deadline"}[cancelled], func(t *testing.T) {
+			_, masters := miniMasters(t, 3)
+			masters[2] = stallUntilDone{masters[2]}
+			obs := newLockLog()
+			c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(time.Second))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+			require.NoError(t, err, "two masters of three")
+			if cancelled {
+				cancel() // the stalled call is still running: the round returned at the majority
+			}
+			require.Eventually(t, func() bool { return c.health[2].inflight.Load() == 0 }, 5*time.Second, time.Millisecond)
+			_, votes, _ := obs.take()
+			if cancelled {
+				assert.Empty(t, votes[c.addrs[2]], "the caller's cancellation told as the master's vote")
+				assert.False(t, c.health[2].failedLast.Load(), "the caller's cancellation counted as the master's failure")
+			} else {
+				assert.Equal(t, []Vote{VoteTimeout}, votes[c.addrs[2]])
+				assert.True(t, c.health[2].failedLast.Load(), "a call past the round's deadline not counted")
+			}
+			require.NoError(t, l.Unlock(context.Background()))
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -56,20 +57,23 @@ var (
 type Client struct {
 	masters []Master
 	addrs   []string // for errors and logs
-	noRetry []bool   // the master's client never retries a command
-	health  []health
-	epoch   time.Time // origin of nanos
-	clock   clock
-	quorum  int
-	group   quorum.Group // every round: all masters, a majority, the node timeout
-	cfg     config
-	push    pusher        // subscriptions for waiters, made at the first wait
-	cluster bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
-	guard   *restartGuard // nil without WithRestartGuard
-	local   locals        // fair waiters that a release may hand the lock to
-	handed  atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
-	passed  atomic.Uint64 // ... and without a round (see passOn)
-	tag     string        // 8 hex digits in the ids of this client's queued waiters
+	// host:port of a master whose client dials one server, for the dial
+	// that diagnoses a master that does not answer; "" for others.
+	dialAddrs []string
+	noRetry   []bool // the master's client never retries a command
+	health    []health
+	epoch     time.Time // origin of nanos
+	clock     clock
+	quorum    int
+	group     quorum.Group // every round: all masters, a majority, the node timeout
+	cfg       config
+	push      pusher        // subscriptions for waiters, made at the first wait
+	cluster   bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
+	guard     *restartGuard // nil without WithRestartGuard
+	local     locals        // fair waiters that a release may hand the lock to
+	handed    atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
+	passed    atomic.Uint64 // ... and without a round (see passOn)
+	tag       string        // 8 hex digits in the ids of this client's queued waiters
 }
 
 // New returns a client over masters, the Redis clients the caller already
@@ -95,16 +99,17 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		return nil, invalid("no masters")
 	}
 	c := &Client{
-		masters: append([]Master(nil), masters...),
-		addrs:   make([]string, len(masters)),
-		noRetry: make([]bool, len(masters)),
-		health:  make([]health, len(masters)),
-		epoch:   time.Now(),
-		clock:   systemClock{},
-		quorum:  quorum.Majority(len(masters)),
-		group:   quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
-		cfg:     cfg,
-		tag:     fmt.Sprintf("%08x", rand.Uint32()),
+		masters:   append([]Master(nil), masters...),
+		addrs:     make([]string, len(masters)),
+		dialAddrs: make([]string, len(masters)),
+		noRetry:   make([]bool, len(masters)),
+		health:    make([]health, len(masters)),
+		epoch:     time.Now(),
+		clock:     systemClock{},
+		quorum:    quorum.Majority(len(masters)),
+		group:     quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
+		cfg:       cfg,
+		tag:       fmt.Sprintf("%08x", rand.Uint32()),
 	}
 	seen := make(map[string]int, len(masters))
 	for i, m := range masters {
@@ -127,6 +132,9 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 			seen[o.addr] = i
 		}
 		c.addrs[i] = masterLabel(i, o.addr)
+		if _, _, err := net.SplitHostPort(o.addr); err == nil {
+			c.dialAddrs[i] = o.addr
+		}
 		c.noRetry[i] = o.noRetry
 		if _, ok := m.(*redis.ClusterClient); ok {
 			c.cluster = true
@@ -186,7 +194,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotAcquired, err)
+		return nil, c.notAttempted(err)
 	}
 	l, _, err := c.attempt(ctx, resource, ttl, nil)
 	return l, err
@@ -202,6 +210,9 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, c.notAttempted(err)
 	}
 	var (
 		timer   *time.Timer
@@ -303,6 +314,11 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			// Retrying would only mint more values the counter may have
 			// handed out before: an operator must look at it.
 			c.cfg.logger.Error("redlock: fence counter went backwards; not retrying", "resource", resource, "err", err)
+			return nil, err
+		}
+		if errors.Is(err, ErrWrongType) {
+			// Such a key does not go away by itself: waiting would be for ever.
+			c.cfg.logger.Error("redlock: the lock's key holds another type on a majority of masters; not retrying", "resource", resource, "err", err)
 			return nil, err
 		}
 		if ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
@@ -539,12 +555,24 @@ func (c *Client) enter(i int) (ok, probe bool) {
 // call before it takes a connection. It counts neither way.
 func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 	h := &c.health[i]
-	ok := replied(err)
-	if !ok && ctx.Err() != nil && context.Cause(ctx) != quorum.ErrTimeout {
+	if callerEnded(ctx, err) {
 		h.abstain(probe)
 		return
 	}
-	if h.exit(c.nanos(), probe, ok) && c.guard != nil {
+	ok := replied(err)
+	now := c.nanos()
+	switch {
+	case ok:
+	case ctx.Err() == nil:
+		// A failure of the master's own, not the round's deadline: a cause
+		// worth telling in the errors of the calls that time out after it.
+		h.lastFailure.Store(&failure{err: err, at: now})
+	default:
+		// The round's deadline: go-redis may be redialling a refused port
+		// in the background, and says so only in its log.
+		c.diagnose(i, now)
+	}
+	if h.exit(now, probe, ok) && c.guard != nil {
 		c.suspect(i)
 	}
 }
@@ -557,34 +585,43 @@ func isWrongType(err error) bool {
 }
 
 // roundError builds the error of a lost round: ErrNotAcquired when others
-// held the lock (or ctx ended the round), ErrQuorumUnavailable when failures
-// alone put a majority out of reach; joined with every master's error. A
-// master that refused because its key has another type (found by the
-// release that followed) counts as failed.
+// held the lock, ErrQuorumUnavailable when masters that failed or did not
+// answer (before the round's deadline or the caller's) alone put a majority
+// out of reach, ErrWrongType when masters whose key has another type do;
+// joined with every master's error and ctx.Err() when the context ended
+// the round. A master that refused because its key has another type (found
+// by the release that followed) counts as failed.
 func (c *Client) roundError(ctx context.Context, round *quorum.Round, released []release) error {
 	var errs []error
+	wrong := 0
 	for i := range c.masters {
 		err := round.Err(i)
 		if err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()) {
 			err = fmt.Errorf("lock key holds another type: %w", released[i].err())
+			wrong++
 		}
 		if err != nil {
-			errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "acquire", Err: err})
+			errs = append(errs, c.masterError(i, "acquire", err))
 		}
 	}
-	return c.classify(ctx, round, len(errs), ErrNotAcquired, errs)
+	if wrong > len(c.masters)-c.quorum {
+		return c.classify(ctx, 0, ErrWrongType, errs)
+	}
+	return c.classify(ctx, len(errs), ErrNotAcquired, errs)
 }
 
 // classify joins the sentinel of a lost round with the per-master errors:
 // ErrQuorumUnavailable when the failed masters alone make a majority
-// impossible, otherwise lost (ErrNotAcquired or ErrLockNotHeld); ctx.Err()
-// joined in when the context ended the round.
-func (c *Client) classify(ctx context.Context, round *quorum.Round, failed int, lost error, errs []error) error {
+// impossible, otherwise lost (ErrNotAcquired, ErrLockNotHeld,
+// ErrWrongType); ctx.Err() joined in when the context ended the round. A
+// master that had not answered when the caller's context ended counts as
+// failed: it did not answer in the time the caller gave.
+func (c *Client) classify(ctx context.Context, failed int, lost error, errs []error) error {
 	kind := lost
-	ctxErr := ctx.Err()
-	if ctxErr == nil && failed > len(c.masters)-c.quorum {
+	if failed > len(c.masters)-c.quorum {
 		kind = ErrQuorumUnavailable
 	}
+	ctxErr := ctx.Err()
 	if len(errs) == 0 && ctxErr == nil {
 		return kind
 	}
@@ -594,6 +631,62 @@ func (c *Client) classify(ctx context.Context, round *quorum.Round, failed int, 
 		all = append(all, ctxErr)
 	}
 	return errors.Join(all...)
+}
+
+// masterError is the error of op on master i. A call that did not answer
+// in time, or that the breaker held back, says why the master last failed
+// when it has not replied since: a timeout alone would hide a refused port
+// behind go-redis's redials.
+func (c *Client) masterError(i int, op string, err error) *MasterError {
+	if errors.Is(err, quorum.ErrTimeout) || errors.Is(err, errStuck) {
+		h := &c.health[i]
+		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
+			err = fmt.Errorf("%w (it last failed %v ago: %w)", err, time.Duration(c.nanos()-f.at).Round(time.Millisecond), f.err)
+		}
+	}
+	return &MasterError{Addr: c.addrs[i], Op: op, Err: err}
+}
+
+// callerEnded reports a call on ctx (a round's) that failed with err
+// because the caller's own context ended, not the round's deadline: err
+// is the context's error. A network error of a call that went on past the
+// caller's context (a read timeout, say) is still the master's.
+func callerEnded(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && context.Cause(ctx) != quorum.ErrTimeout &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// diagnose dials master i's address, in the background, at most one dial
+// at a time and one per node timeout, after a call to it missed the
+// round's deadline: a dial that fails (a refused port, no route) is the
+// cause that masterError tells. A dial that succeeds tells nothing.
+func (c *Client) diagnose(i int, now int64) {
+	h := &c.health[i]
+	addr := c.dialAddrs[i]
+	if addr == "" || now-h.lastDiagnosis.Load() < int64(c.cfg.nodeTimeout) || !h.diagnosing.CompareAndSwap(false, true) {
+		return
+	}
+	h.lastDiagnosis.Store(now)
+	go func() {
+		defer h.diagnosing.Store(false)
+		conn, err := net.DialTimeout("tcp", addr, c.cfg.nodeTimeout)
+		if err != nil {
+			h.lastFailure.Store(&failure{err: fmt.Errorf("a dial to see why: %w", err), at: c.nanos()})
+			return
+		}
+		_ = conn.Close()
+	}()
+}
+
+// notAttempted is the error of a call whose context had ended before its
+// first attempt: nothing was tried, and nothing is known of the holders
+// or the masters. The LockObserver hears of it as an attempt.
+func (c *Client) notAttempted(err error) error {
+	err = fmt.Errorf("redlock: not attempted: the context had ended: %w", err)
+	if obs := c.cfg.lockObs; obs != nil {
+		obs.Attempted(0, 0, err)
+	}
+	return err
 }
 
 // newToken returns 128 random bits in hex.

@@ -263,7 +263,8 @@ func TestWrongTypeKey(t *testing.T) {
 	l, err = c.TryLock(context.Background(), res, time.Minute)
 	require.Error(t, err)
 	assert.Nil(t, l)
-	assert.ErrorIs(t, err, ErrQuorumUnavailable)
+	assert.ErrorIs(t, err, ErrWrongType)
+	assert.NotErrorIs(t, err, ErrNotAcquired)
 	var addrs []string
 	for _, me := range masterErrors(err) {
 		assert.Contains(t, me.Err.Error(), "WRONGTYPE")
@@ -274,6 +275,29 @@ func TestWrongTypeKey(t *testing.T) {
 	for _, s := range servers {
 		assert.Equal(t, "hash", s.Type("lock:"+res), "the foreign key must be left alone")
 	}
+
+	// Lock does not wait for such a key to go away: it never expires by itself.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err = c.Lock(ctx, res, time.Minute)
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrWrongType)
+	assert.NoError(t, ctx.Err(), "Lock waited for a key of another type until its context ended")
+	l, err = c.LockAll(ctx, []string{res, resourceName(t)}, time.Minute)
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrWrongType)
+	assert.NoError(t, ctx.Err(), "LockAll waited for a key of another type until its context ended")
+
+	// One master of three with such a key, the others held: contention,
+	// which Lock waits out.
+	res2 := resourceName(t)
+	servers[0].HSet("lock:"+res2, "field", "value")
+	for _, s := range servers[1:] {
+		require.NoError(t, s.Set("lock:"+res2, "another-holder"))
+	}
+	_, err = c.TryLock(context.Background(), res2, time.Minute)
+	assert.ErrorIs(t, err, ErrNotAcquired)
+	assert.NotErrorIs(t, err, ErrWrongType)
 }
 
 func TestFence(t *testing.T) {
@@ -435,16 +459,30 @@ func TestLockRetries(t *testing.T) {
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 	t.Run("cancelled before the first attempt", func(t *testing.T) {
+		// Nothing was tried: not "others hold the lock", and the observer
+		// hears of it.
 		_, masters := miniMasters(t, 3)
-		c := newTestClient(t, masters)
+		obs := newLockLog()
+		c := newTestClient(t, masters, WithObserver(obs))
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		for _, lock := range []func(context.Context, string, time.Duration) (*Lock, error){c.Lock, c.TryLock} {
+		lockAll := func(ctx context.Context, res string, ttl time.Duration) (*Lock, error) {
+			return c.LockAll(ctx, []string{res, res + ":2"}, ttl)
+		}
+		for _, lock := range []func(context.Context, string, time.Duration) (*Lock, error){c.Lock, c.TryLock, lockAll} {
 			l, err := lock(cctx, resourceName(t), time.Minute)
 			assert.Nil(t, l)
 			assert.ErrorIs(t, err, context.Canceled)
-			assert.ErrorIs(t, err, ErrNotAcquired)
+			assert.NotErrorIs(t, err, ErrNotAcquired)
+			assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+			assert.ErrorContains(t, err, "not attempted")
 		}
+		attempts, votes, _ := obs.take()
+		assert.Len(t, attempts, 3, "attempts the observer heard of")
+		for _, a := range attempts {
+			assert.ErrorIs(t, a.err, context.Canceled)
+		}
+		assert.Empty(t, votes, "no master was called")
 	})
 }
 

@@ -11,6 +11,14 @@ var (
 	// Package values, so that ending a lock allocates nothing.
 	errUnlocked    = fmt.Errorf("%w: released by Unlock", ErrLockNotHeld)
 	errLeaseRanOut = fmt.Errorf("%w: the lease ran out", ErrLockLost)
+	// A nil *Lock, as a failed TryLock or Lock returns, holds nothing: its
+	// methods say so instead of panicking.
+	errNilLock = fmt.Errorf("%w: a nil *Lock (the call that would have returned it failed)", ErrLockNotHeld)
+	nilLockCtx = func() context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errNilLock)
+		return ctx
+	}()
 )
 
 // Context returns a context that is cancelled when the lock ends on this
@@ -18,6 +26,9 @@ var (
 // wrapping [ErrLockLost] when the lock was lost, [ErrLockNotHeld] after
 // Unlock. It has no deadline, since Extend moves the end (see [Lock.Until]).
 func (l *Lock) Context() context.Context {
+	if l == nil {
+		return nilLockCtx
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.watchLocked()

@@ -13,7 +13,8 @@ var (
 	// enough masters that a majority was out of reach.
 	ErrNotAcquired = errors.New("redlock: not acquired")
 	// ErrQuorumUnavailable: so many masters failed or did not answer in time
-	// that a majority was impossible, whoever held the lock; or the majority
+	// (the node timeout, or the caller's context if it ended first) that a
+	// majority was impossible, whoever held the lock; or the majority
 	// answered too late for any validity to be left of the TTL.
 	ErrQuorumUnavailable = errors.New("redlock: quorum unavailable")
 	// ErrLockNotHeld: Unlock or Extend found our token on no majority of
@@ -23,6 +24,10 @@ var (
 	// ErrFenceUnavailable: the quorum was won but no fencing token could be
 	// minted in time; the lock was released and not handed out.
 	ErrFenceUnavailable = errors.New("redlock: fence unavailable")
+	// ErrWrongType: the lock's key holds a value of another type (a hash, a
+	// list) on so many masters that no majority can be won: something else
+	// uses its name. It does not go away by itself, so Lock does not wait.
+	ErrWrongType = errors.New("redlock: the lock's key holds another type")
 	// ErrInvalidArgument: a bad option, master, resource or TTL.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 	// ErrLockLost is the cause of a lock's context (see [Lock.Context]) when

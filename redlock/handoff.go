@@ -566,7 +566,7 @@ func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []
 				err = nil // released all the same
 			}
 			if err != nil {
-				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "release", Err: err})
+				errs = append(errs, c.masterError(i, "release", err))
 			}
 		}
 		kind := ErrLockNotHeld

@@ -21,6 +21,10 @@ import (
 // process pauses, a master's clock jumps or a master restarts empty (see
 // the package documentation). Storage that must not take a stale write
 // checks the fence, not the lease.
+//
+// A nil *Lock (what a failed call returns) holds nothing: Unlock, Extend
+// and Renew return [ErrLockNotHeld], Done is closed, and the other methods
+// return zero values.
 type Lock struct {
 	c        *Client
 	resource string
@@ -62,11 +66,19 @@ func newLock(c *Client, resource, token string) *Lock {
 
 // Resource is the name the lock was taken on; for a lock on several
 // resources ([Client.LockAll]), the first of [Lock.Resources].
-func (l *Lock) Resource() string { return l.resource }
+func (l *Lock) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.resource
+}
 
 // Resources are the names the lock was taken on, sorted: one for
 // [Client.Lock], all of them for [Client.LockAll]. The slice is the caller's.
 func (l *Lock) Resources() []string {
+	if l == nil {
+		return nil
+	}
 	if l.multi == nil {
 		return []string{l.resource}
 	}
@@ -77,7 +89,7 @@ func (l *Lock) Resources() []string {
 // true; nil and false without [WithFence].
 func (l *Lock) Fences() ([]uint64, bool) {
 	switch {
-	case !l.fenced:
+	case l == nil || !l.fenced:
 		return nil, false
 	case l.fences == nil:
 		return []uint64{l.fence}, true
@@ -90,11 +102,21 @@ func (l *Lock) Fences() ([]uint64, bool) {
 // [WithFairness]) keeps its predecessor's token: the keys are the same.
 // Storage that must tell holders apart uses the fence, which each holder
 // mints anew.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Fence returns the lock's fencing token and true, or 0 and false when the
 // client was built without [WithFence].
-func (l *Lock) Fence() (uint64, bool) { return l.fence, l.fenced }
+func (l *Lock) Fence() (uint64, bool) {
+	if l == nil {
+		return 0, false
+	}
+	return l.fence, l.fenced
+}
 
 // Until is the end of the lease: the start of the acquiring (or last
 // extending) attempt plus the TTL, less the drift allowance, on the local
@@ -104,6 +126,9 @@ func (l *Lock) Fence() (uint64, bool) { return l.fence, l.fenced }
 // quarters of its own lease away when it is passed. Work that must finish
 // under the lock must finish before Until.
 func (l *Lock) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	until, boot := l.until, l.untilBoot
 	l.mu.Unlock()
@@ -196,6 +221,9 @@ func (l *Lock) endLocked(cause error) {
 //
 // A renewer started by [Lock.Renew] has stopped when Unlock returns.
 func (l *Lock) Unlock(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
 	err := l.unlock(ctx)
 	l.mu.Lock()
 	stopped := l.renewer
@@ -283,9 +311,9 @@ func (l *Lock) releaseError(kind error, released []release) error {
 	for i := range released {
 		switch released[i].state.Load() {
 		case releaseFailed:
-			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: released[i].e})
+			errs = append(errs, l.c.masterError(i, "release", released[i].e))
 		case releasePending:
-			errs = append(errs, &MasterError{Addr: l.c.addrs[i], Op: "release", Err: quorum.ErrTimeout})
+			errs = append(errs, l.c.masterError(i, "release", quorum.ErrTimeout))
 		}
 	}
 	return errors.Join(errs...)
@@ -389,9 +417,14 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 // the majority answered, and validity is left of the new lease. A lapsed
 // lock is not brought back. A failed Extend ends the lock: Done is closed,
 // the keys it extended are released, the context's cause wraps
-// [ErrLockLost] and the error, and the caller should stop its work.
-// Start it at least a node timeout before [Lock.Until].
+// [ErrLockLost] and the error, and the caller should stop its work; so
+// does an Extend whose context had already ended, which sends nothing and
+// returns ctx.Err() wrapped. Start it at least a node timeout before
+// [Lock.Until].
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errNilLock
+	}
 	return l.extend(ctx, ttl, nil)
 }
 
@@ -424,6 +457,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	ttl = ttl.Truncate(time.Millisecond)
 	c.issued(ttl)
 	ms := ttl.Milliseconds()
+	ended := ctx.Err()
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		ok, probe := c.enter(i)
@@ -437,14 +471,17 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 	deadline, deadlineBoot := start.Add(lease), boot+lease
 	switch {
+	case round.Count(quorum.Agreed) < c.quorum && ended != nil:
+		// go-redis sent nothing: neither a holder nor a master is to blame.
+		err = fmt.Errorf("redlock: Extend not attempted: the context had ended: %w", ended)
 	case round.Count(quorum.Agreed) < c.quorum:
 		var errs []error
 		for i := range c.masters {
 			if e := round.Err(i); e != nil {
-				errs = append(errs, &MasterError{Addr: c.addrs[i], Op: "extend", Err: e})
+				errs = append(errs, c.masterError(i, "extend", e))
 			}
 		}
-		err = c.classify(ctx, round, round.Unanswered(), ErrLockNotHeld, errs)
+		err = c.classify(ctx, round.Unanswered(), ErrLockNotHeld, errs)
 	case l.over(until, untilBoot):
 		// Whether or not Done was asked for: the old lease ended first.
 		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)

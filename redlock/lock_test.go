@@ -275,3 +275,33 @@ func TestConcurrentUnlockExtend(t *testing.T) {
 		}
 	}
 }
+
+// TestNilLock: the nil *Lock of a failed TryLock holds nothing, and says
+// so instead of panicking.
+func TestNilLock(t *testing.T) {
+	servers, masters := miniMasters(t, 1)
+	c := newTestClient(t, masters)
+	res := resourceName(t)
+	require.NoError(t, servers[0].Set("lock:"+res, "another-holder"))
+	var l *Lock
+	l, err := c.TryLock(context.Background(), res, time.Minute)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Nil(t, l)
+
+	assert.ErrorIs(t, l.Unlock(context.Background()), ErrLockNotHeld)
+	assert.ErrorIs(t, l.Extend(context.Background(), time.Minute), ErrLockNotHeld)
+	assert.ErrorIs(t, l.Renew(time.Minute, time.Hour), ErrLockNotHeld)
+	l.Progress()
+	assertClosed(t, l.Done(), "a nil lock's Done is open")
+	assert.ErrorIs(t, context.Cause(l.Context()), ErrLockNotHeld)
+	assert.Empty(t, l.Resource())
+	assert.Nil(t, l.Resources())
+	assert.Empty(t, l.Token())
+	fence, ok := l.Fence()
+	assert.False(t, ok)
+	assert.Zero(t, fence)
+	fences, ok := l.Fences()
+	assert.False(t, ok)
+	assert.Nil(t, fences)
+	assert.True(t, l.Until().IsZero())
+}

@@ -39,6 +39,16 @@ type health struct {
 	failing    atomic.Int64 // when the calls began to fail without a reply
 	lastProbe  atomic.Int64 // when the last probe started
 	probing    atomic.Bool
+	// The last call that got no reply, for the errors of calls that then
+	// time out (see masterError).
+	lastFailure   atomic.Pointer[failure]
+	lastDiagnosis atomic.Int64 // when the last diagnosing dial started (see diagnose)
+	diagnosing    atomic.Bool
+}
+
+type failure struct {
+	err error
+	at  int64 // ns on the client's clock
 }
 
 // outAfter is how many node timeouts without a reply take a master out. More

@@ -30,7 +30,7 @@ func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Du
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotAcquired, err)
+		return nil, c.notAttempted(err)
 	}
 	l, _, err = c.attemptLock(ctx, l, ttl, nil)
 	return l, err
@@ -48,7 +48,7 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 	<-timer.C
 	for n := 1; ; n++ {
 		l, err := c.TryLockAll(ctx, resources, ttl)
-		if err == nil || ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
+		if err == nil || ctx.Err() != nil || errors.Is(err, ErrWrongType) || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
 			return l, err
 		}
 		wait := c.cfg.delay

@@ -38,7 +38,9 @@ type LockObserver interface {
 	Attempted(took, validity time.Duration, err error)
 	// Voted: master addr's answer to one attempt, after took (VoteSkipped:
 	// it was not called). It is told of every master of every attempt,
-	// also of those that answered after the attempt had decided.
+	// also of those that answered after the attempt had decided, but for
+	// a call that the caller's context ended: that says nothing of the
+	// master.
 	Voted(addr string, vote Vote, took time.Duration)
 	// Extended: an Extend, or one of a renewer's, ended with err (nil:
 	// extended).
@@ -99,7 +101,9 @@ func (c *Client) observeVotes(call quorum.Call) quorum.Call {
 		start := time.Now()
 		agreed, err := call(ctx, i)
 		took := time.Since(start)
-		obs.Voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
+		if !callerEnded(ctx, err) {
+			obs.Voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
+		}
 		return agreed, err
 	}
 }

@@ -11,7 +11,11 @@ import (
 // Progress records that the holder has moved its work forward. The renewer
 // of [Lock.Renew] extends the lease only when Progress was called since the
 // last extension: a stuck holder loses the lock instead of keeping it.
-func (l *Lock) Progress() { l.progress.Add(1) }
+func (l *Lock) Progress() {
+	if l != nil {
+		l.progress.Add(1)
+	}
+}
 
 // Renew starts a renewer in the background: whenever a third of the lease
 // is left (at least two node timeouts), it extends the lock by ttl if
@@ -19,6 +23,9 @@ func (l *Lock) Progress() { l.progress.Add(1) }
 // from now. When it cannot, it logs at Error, tells the [Observer], ends the
 // lock (the cause of its context wraps [ErrLockLost]) and frees the masters.
 func (l *Lock) Renew(ttl, maxHold time.Duration) error {
+	if l == nil {
+		return errNilLock
+	}
 	c := l.c
 	if err := c.check(l.resource, ttl); err != nil {
 		return err

@@ -574,7 +574,10 @@ func (w *worker) record(d time.Duration, bar *progress.Bar) {
 // attempt with these settings can succeed, and the worker must stop.
 func (w *worker) failed(ctx context.Context, err error, invalid *atomic.Pointer[error]) bool {
 	switch {
-	case errors.Is(err, redlock.ErrNotAcquired) && ctx.Err() == nil:
+	case ctx.Err() != nil:
+		// Cut short by the run's end: masters that had not answered yet
+		// make it ErrQuorumUnavailable, which says nothing of them here.
+	case errors.Is(err, redlock.ErrNotAcquired):
 		w.contended++
 	case errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrFenceUnavailable):
 		w.unavailable++

@@ -174,15 +174,15 @@ func loop(ctx context.Context, cfg workerConfig, client *redlock.Client, direct 
 		res := cfg.Resources[rand.IntN(len(cfg.Resources))]
 		start := time.Now()
 		l, err := client.TryLock(ctx, res, cfg.TTL)
+		if err != nil && ctx.Err() != nil {
+			break // cut short by the run's end: it says nothing of the masters
+		}
 		ev := event{Kind: "attempt", Latency: int64(time.Since(start)), At: time.Now().UnixNano(), Result: outcome(err)}
 		if err != nil && ev.Result == "error" {
 			ev.Err = err.Error()
 		}
 		out.emit(ev)
 		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
 			sleep(ctx, rand.N(cfg.Retry+1))
 			continue
 		}

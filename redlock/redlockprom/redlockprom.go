@@ -8,6 +8,7 @@
 package redlockprom
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -22,8 +23,8 @@ import (
 
 // Label values of the counters, indexed by the constants below.
 var (
-	attemptOutcomes = [...]string{"acquired", "not_acquired", "quorum_unavailable", "fence_unavailable", "unsafe_config", "error"}
-	extendOutcomes  = [...]string{"extended", "not_held", "quorum_unavailable", "error"}
+	attemptOutcomes = [...]string{"acquired", "not_acquired", "quorum_unavailable", "fence_unavailable", "unsafe_config", "cancelled", "error"}
+	extendOutcomes  = [...]string{"extended", "not_held", "quorum_unavailable", "cancelled", "error"}
 	renewalReasons  = [...]string{"no_progress", "max_hold", "lease_ran_out", "extend_failed"}
 	votes           = [...]redlock.Vote{redlock.VoteAgreed, redlock.VoteRefused, redlock.VoteFailed, redlock.VoteTimeout, redlock.VoteQuarantined, redlock.VoteSkipped}
 )
@@ -34,6 +35,7 @@ const (
 	attemptQuorumUnavailable
 	attemptFenceUnavailable
 	attemptUnsafeConfig
+	attemptCancelled
 	attemptError
 )
 
@@ -41,6 +43,7 @@ const (
 	extendOK = iota
 	extendNotHeld
 	extendQuorumUnavailable
+	extendCancelled
 	extendError
 )
 
@@ -235,6 +238,8 @@ func attemptOutcome(err error) int {
 		return attemptQuorumUnavailable
 	case errors.Is(err, redlock.ErrNotAcquired):
 		return attemptNotAcquired
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return attemptCancelled // the caller's context ended it, not a holder or a master
 	}
 	return attemptError
 }
@@ -258,6 +263,8 @@ func (m *Metrics) Extended(err error) {
 		i = extendQuorumUnavailable
 	case errors.Is(err, redlock.ErrLockNotHeld):
 		i = extendNotHeld
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		i = extendCancelled
 	}
 	m.extensions[i].Inc()
 }

@@ -2,6 +2,7 @@ package redlockprom
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -165,6 +166,13 @@ func TestSeriesMove(t *testing.T) {
 	require.Eventually(t, func() bool { return scrape(t, reg)[`quorumlock_lock_renewal_failures_total{reason=no_progress}`] == 1 },
 		10*time.Second, 5*time.Millisecond)
 
+	// A caller whose context had ended: not attempted, counted as such.
+	ended, stop := context.WithCancel(ctx)
+	stop()
+	_, err = c.TryLock(ended, "metrics:cancelled", ttl)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, redlock.ErrNotAcquired)
+
 	// The fence counter gone: the quorum is won, the lock is not handed out.
 	require.NoError(t, fenceServer.Kill())
 	_, err = c.TryLock(ctx, "metrics:nofence", ttl)
@@ -224,6 +232,7 @@ func TestSeriesMove(t *testing.T) {
 		"quorumlock_lock_acquire_attempts_total{outcome=quorum_unavailable}",
 		"quorumlock_lock_acquire_attempts_total{outcome=fence_unavailable}",
 		"quorumlock_lock_acquire_attempts_total{outcome=unsafe_config}",
+		"quorumlock_lock_acquire_attempts_total{outcome=cancelled}",
 		"quorumlock_lock_acquire_duration_seconds",
 		"quorumlock_lock_acquired_validity_seconds",
 		"quorumlock_lock_extensions_total{outcome=extended}",
@@ -358,7 +367,12 @@ func TestOutcomes(t *testing.T) {
 		{fmt.Errorf("x: %w", redlock.ErrQuorumUnavailable), "quorum_unavailable"},
 		{fmt.Errorf("%w: %w", redlock.ErrFenceUnavailable, fence.ErrCounterRegressed), "fence_unavailable"},
 		{fmt.Errorf("%w: replica", redlock.ErrUnsafeConfig), "unsafe_config"},
-		{context.Canceled, "error"},
+		{fmt.Errorf("redlock: not attempted: %w", context.Canceled), "cancelled"},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), "cancelled"},
+		{errors.Join(redlock.ErrNotAcquired, context.DeadlineExceeded), "not_acquired"},
+		{errors.Join(redlock.ErrQuorumUnavailable, context.DeadlineExceeded), "quorum_unavailable"},
+		{redlock.ErrWrongType, "error"},
+		{errors.New("redlock: fair lock script replied [x]"), "error"},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, attemptOutcomes[attemptOutcome(tt.err)], "%v", tt.err)
@@ -367,7 +381,7 @@ func TestOutcomes(t *testing.T) {
 	for _, reason := range []error{redlock.ErrNoProgress, redlock.ErrMaxHold, fmt.Errorf("%w: the lease ran out", redlock.ErrLockLost), redlock.ErrQuorumUnavailable} {
 		m.RenewalFailed("r", reason)
 	}
-	for _, err := range []error{nil, redlock.ErrLockNotHeld, redlock.ErrQuorumUnavailable, context.Canceled} {
+	for _, err := range []error{nil, redlock.ErrLockNotHeld, redlock.ErrQuorumUnavailable, fmt.Errorf("redlock: Extend not attempted: %w", context.Canceled), errors.New("redlock: extend script replied x")} {
 		m.Extended(err)
 	}
 	s := scrape(t, reg)

@@ -1,0 +1,80 @@
+package redlock
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFrozenMastersCallerDeadline: 2 of 3 masters hang and the caller's
+// deadline (20 ms) ends the attempt before the node timeout: masters that
+// did not answer are unavailability, not another holder.
+func TestFrozenMastersCallerDeadline(t *testing.T) {
+	_, healthy := miniMasters(t, 1)
+	masters := []Master{healthy[0]}
+	for range 2 {
+		hung := redis.NewClient(&redis.Options{Addr: hungServer(t), MaxRetries: -1})
+		t.Cleanup(func() { _ = hung.Close() })
+		masters = append(masters, hung)
+	}
+	obs := newLockLog()
+	c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(500*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	l, err := c.TryLock(ctx, resourceName(t), time.Minute)
+	assert.Nil(t, l)
+	assert.ErrorIs(t, err, ErrQuorumUnavailable)
+	assert.NotErrorIs(t, err, ErrNotAcquired, "two masters that did not answer were taken for holders")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	attempts, _, _ := obs.take()
+	require.Len(t, attempts, 1)
+	assert.ErrorIs(t, attempts[0].err, ErrQuorumUnavailable)
+}
+
+// TestRefusedPortCause: two masters of three whose ports refuse
+// connections, behind go-redis clients that redial (5 times, 100 ms apart,
+// by default): their calls miss the node timeout, and from the moment one
+// of them has come back with its dial error, their per-master errors say
+// why they fail, not only that they did not answer in time.
+func TestRefusedPortCause(t *testing.T) {
+	_, masters := miniMasters(t, 1)
+	var refused []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		refused = append(refused, ln.Addr().String())
+		require.NoError(t, ln.Close())
+		down := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+		t.Cleanup(func() { _ = down.Close() })
+		masters = append(masters, down)
+	}
+	c := newTestClient(t, masters)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var errs []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		_, err := c.TryLock(ctx, resourceName(t), time.Second)
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		errs = errs[:0]
+		for _, me := range masterErrors(err) {
+			if slices.Contains(refused, me.Addr) {
+				errs = append(errs, me.Err.Error())
+			}
+		}
+		if len(errs) == 2 && strings.Contains(errs[0], "connection refused") && strings.Contains(errs[1], "connection refused") {
+			break
+		}
+	}
+	require.Len(t, errs, 2)
+	for _, e := range errs {
+		assert.Contains(t, e, "connection refused", "a down master's error does not say why it failed")
+	}
+	t.Logf("%s", errs[0])
+}
