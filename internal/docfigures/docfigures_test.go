@@ -1,15 +1,18 @@
 package docfigures
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,6 +123,30 @@ func thousands(n int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// hundreds prints v rounded to hundreds, with commas: 11,400.
+func hundreds(v float64) string { return thousands(int64(math.Round(v/100) * 100)) }
+
+// word spells n as the docs' text does, from zero to ten.
+func word(n int) string {
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
+	if n < 0 || n >= len(words) {
+		return strconv.Itoa(n)
+	}
+	return words[n]
+}
+
+// series prints ns as a list in prose: "1, 8 and 64".
+func series(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // row finds the result of variant at concurrency c.
@@ -236,7 +263,7 @@ func TestBenchmarkProse(t *testing.T) {
 		thousands(int64(math.Round(s8.OpsPerSec))), thousands(int64(math.Round(s64.OpsPerSec))),
 		thousands(int64(math.Round(r8.OpsPerSec))), thousands(int64(math.Round(r64.OpsPerSec)))))
 	has(fmt.Sprintf("(%.1f× and %.1f×)", s8.OpsPerSec/r8.OpsPerSec, s64.OpsPerSec/r64.OpsPerSec))
-	has(fmt.Sprintf("about %s single-instance cycles/s at c=1", thousands(int64(math.Round(row(t, healthy, "single", 1).OpsPerSec/100)*100))))
+	has(fmt.Sprintf("about %s single-instance cycles/s at c=1", hundreds(row(t, healthy, "single", 1).OpsPerSec)))
 
 	// Against the targets.
 	has(ratio(healthy, "redlock", 1) + " in the published run")
@@ -412,8 +439,214 @@ func TestFencingTables(t *testing.T) {
 	assert.Equal(t, 2, checked, "the embedded and the PostgreSQL tables")
 }
 
+// chooseRun is what docs/choosing.md quotes of `redlock-bench choose -o json`.
+type chooseRun struct {
+	Started    time.Time   `json:"started"`
+	Elapsed    float64     `json:"elapsed_s"`
+	Backend    string      `json:"backend"`
+	GoMaxProcs int         `json:"gomaxprocs"`
+	DurationS  float64     `json:"duration_s"`
+	Keys       int         `json:"keys"`
+	Results    []chooseRow `json:"results"`
+}
+
+// chooseRow is one option at one concurrency; its fence and failure columns repeat on each of
+// the option's rows.
+type chooseRow struct {
+	Option             string  `json:"option"`
+	Concurrency        int     `json:"concurrency"`
+	Errors             int64   `json:"errors"`
+	AcquireP50Us       float64 `json:"acquire_p50_us"`
+	AcquireP99Us       float64 `json:"acquire_p99_us"`
+	CyclesPerSec       float64 `json:"cycles_per_sec"`
+	Fence              string  `json:"fence"`
+	StaleWriteAccepted bool    `json:"stale_write_accepted"`
+	StaleWrite         string  `json:"stale_write"`
+	AfterFailover      string  `json:"after_failover"`
+}
+
+func chooseJSON(t *testing.T) *chooseRun {
+	t.Helper()
+	var r chooseRun
+	readJSON(t, "choose.json", &r)
+	require.NotEmpty(t, r.Results, "choose.json")
+	return &r
+}
+
+// row finds option's result at concurrency c.
+func (r *chooseRun) row(t *testing.T, option string, c int) chooseRow {
+	t.Helper()
+	for _, x := range r.Results {
+		if x.Option == option && x.Concurrency == c {
+			return x
+		}
+	}
+	t.Fatalf("choose.json has no result %q at c=%d", option, c)
+	return chooseRow{}
+}
+
+// options lists the options in the order of their first rows.
+func (r *chooseRun) options() []string {
+	var out []string
+	for _, x := range r.Results {
+		if !slices.Contains(out, x.Option) {
+			out = append(out, x.Option)
+		}
+	}
+	return out
+}
+
+// concurrencies lists option's concurrencies in the order of its rows.
+func (r *chooseRun) concurrencies(option string) []int {
+	var out []int
+	for _, x := range r.Results {
+		if x.Option == option {
+			out = append(out, x.Concurrency)
+		}
+	}
+	return out
+}
+
+// TestChoosingTable: the table of docs/choosing.md after the line naming bench/choose.json is
+// that file's rows, each figure rounded as printed; an option's fence and failure columns are
+// printed on its first row only, and so must be the same on all of its rows in the JSON.
+func TestChoosingTable(t *testing.T) {
+	md := readDoc(t, "choosing.md")
+	run := chooseJSON(t)
+	var found []table
+	for _, tb := range tables(md) {
+		if source(tb.caption) == "choose.json" {
+			found = append(found, tb)
+		}
+	}
+	require.Len(t, found, 1, "one table after the line naming bench/choose.json")
+	tb := found[0]
+	assert.Len(t, tb.rows, len(run.Results), "line %d: one row per result of choose.json", tb.line)
+	shown := map[string]bool{} // option/c
+	for _, cells := range tb.rows {
+		option := tb.cell(t, cells, "option")
+		c, err := strconv.Atoi(tb.cell(t, cells, "c"))
+		require.NoError(t, err, "line %d", tb.line)
+		x := run.row(t, option, c)
+		want := map[string]string{
+			"acquire_p50_us": f0(x.AcquireP50Us), "acquire_p99_us": f0(x.AcquireP99Us),
+			"cycles_per_sec": f0(x.CyclesPerSec), "errors": strconv.FormatInt(x.Errors, 10),
+			"fence": "", "stale_write_accepted": "", "after_failover": "",
+		}
+		first := run.row(t, option, run.concurrencies(option)[0])
+		if c == first.Concurrency {
+			want["fence"], want["stale_write_accepted"], want["after_failover"] =
+				x.Fence, strconv.FormatBool(x.StaleWriteAccepted), x.AfterFailover
+		}
+		for col, v := range want {
+			assert.Equal(t, v, tb.cell(t, cells, col), "line %d, %s c=%d, %s (choose.json)", tb.line, option, c, col)
+		}
+		key := fmt.Sprintf("%s/%d", option, c)
+		assert.False(t, shown[key], "line %d: %s c=%d twice", tb.line, option, c)
+		shown[key] = true
+	}
+	for _, x := range run.Results {
+		first := run.row(t, x.Option, run.concurrencies(x.Option)[0])
+		assert.Equal(t, []any{first.Fence, first.StaleWriteAccepted, first.AfterFailover},
+			[]any{x.Fence, x.StaleWriteAccepted, x.AfterFailover},
+			"choose.json: %s c=%d differs from the option's first row in a column the table prints once", x.Option, x.Concurrency)
+	}
+}
+
+// TestChoosingProse: the figures and comparisons the text of docs/choosing.md draws from
+// choose.json, and its retelling of the failure columns.
+func TestChoosingProse(t *testing.T) {
+	text := prose(readDoc(t, "choosing.md"))
+	run := chooseJSON(t)
+	has := func(want string) {
+		t.Helper()
+		assert.True(t, strings.Contains(text, want), "docs/choosing.md does not say %q", want)
+	}
+	options := run.options()
+	at := func(option string, c int) chooseRow { return run.row(t, option, c) }
+
+	// How the run was made.
+	n := word(len(options))
+	has(strings.ToUpper(n[:1]) + n[1:] + " ways to keep two workers out of one critical section")
+	cs := run.concurrencies(options[0])
+	for _, o := range options {
+		assert.Equal(t, cs, run.concurrencies(o), "choose.json: %s's concurrencies", o)
+	}
+	assert.Equal(t, 1.0, run.DurationS, "the text says one second per row")
+	has(fmt.Sprintf("Each option is run at %s goroutines for one second per row", series(cs)))
+	has(fmt.Sprintf("on locks spread over %s resources", thousands(int64(run.Keys))))
+	has(fmt.Sprintf("`redlock-bench choose -backend %s -o json", run.Backend))
+	has(run.Started.UTC().Format("2006-01-02 15:04") + " UTC, on a machine doing nothing else")
+	m := regexp.MustCompile(`(\d+) s for the whole command, .make.'s build included`).FindStringSubmatch(text)
+	require.NotNil(t, m, "the sentence on the whole command's time")
+	whole, _ := strconv.ParseFloat(m[1], 64)
+	assert.GreaterOrEqual(t, whole, run.Elapsed, "the whole command, build included, took less than choose.json's elapsed_s")
+
+	// Each option's paragraph.
+	byP50 := func(c int) []string { // fastest first
+		out := slices.Clone(options)
+		slices.SortFunc(out, func(a, b string) int { return cmp.Compare(at(a, c).AcquireP50Us, at(b, c).AcquireP50Us) })
+		return out
+	}
+	byCycles := func(c int) []string { // most first
+		out := slices.Clone(options)
+		slices.SortFunc(out, func(a, b string) int { return cmp.Compare(at(b, c).CyclesPerSec, at(a, c).CyclesPerSec) })
+		return out
+	}
+	single1, redlock1, etcd1 := at("single-redis", 1), at("redlock", 1), at("etcd", 1)
+	has(fmt.Sprintf("cheapest lock here at one goroutine (%s µs p50, one round trip)", f0(single1.AcquireP50Us)))
+	assert.Equal(t, "single-redis", byP50(1)[0], "the text says single-redis is the cheapest at one goroutine")
+
+	has(fmt.Sprintf("about %s times the single lock's latency at one goroutine here (%s µs p50,",
+		word(int(math.Round(redlock1.AcquireP50Us/single1.AcquireP50Us))), f0(redlock1.AcquireP50Us)))
+	has(fmt.Sprintf("on %s shared cores the five masters also cap throughput well below the single server's", word(run.GoMaxProcs)))
+	for _, c := range cs {
+		assert.Less(t, at("redlock", c).CyclesPerSec, at("single-redis", c).CyclesPerSec/2,
+			"c=%d: the text says redlock's throughput is well below (under half) the single server's", c)
+	}
+
+	has(fmt.Sprintf("It is the slowest to acquire here, %.1f ms p50 at one goroutine", etcd1.AcquireP50Us/1000))
+	for _, c := range cs {
+		assert.Equal(t, "etcd", byP50(c)[len(options)-1], "c=%d: the text says etcd is the slowest to acquire", c)
+	}
+
+	pg8, pg64, single64 := at("postgres", 8), at("postgres", 64), at("single-redis", 64)
+	has(fmt.Sprintf("the fastest option at 8 connections here (%s cycles/s;", hundreds(pg8.CyclesPerSec)))
+	assert.Equal(t, "postgres", byCycles(8)[0], "the text says postgres has the most cycles/s at c=8")
+	has(fmt.Sprintf("second to single-redis at 64 (%s cycles/s against %s)", hundreds(pg64.CyclesPerSec), hundreds(single64.CyclesPerSec)))
+	assert.Equal(t, []string{"single-redis", "postgres"}, byCycles(64)[:2], "the order the text gives at c=64")
+
+	// The failure columns as the paragraphs tell them.
+	for _, f := range []struct {
+		option   string
+		accepted bool
+		failover string // the prefix of after_failover
+		says     []string
+	}{
+		{"single-redis", true, "lost: primary killed before the key replicated", []string{
+			"the paused holder's late write landed over the next holder's",
+			"when the primary died before its replica had the key, the promoted replica handed the lock to a second holder"}},
+		{"redlock", false, "kept: 1 of 5 masters killed while held, a second client refused", []string{
+			"a second client was refused with one master of five dead",
+			"what made the stale write fail in this run is the fence"}},
+		{"etcd", false, "kept: the leader (1 of 3 members) killed while held, a second session refused, then granted after the release", []string{
+			"the failover run killed the leader while the lock was held, and after the election a second session was still refused, then granted once the holder released",
+			"it made the guard refuse the paused holder's write"}},
+		{"postgres", false, "not run:", []string{"its later write, sent again through a new connection with the version it had read, changed no row",
+			"No failover was run"}},
+	} {
+		x := at(f.option, cs[0])
+		assert.Equal(t, f.accepted, x.StaleWriteAccepted, "%s: stale_write_accepted, as the text tells it", f.option)
+		assert.True(t, strings.HasPrefix(x.AfterFailover, f.failover), "%s: after_failover %q, the text tells %q", f.option, x.AfterFailover, f.failover)
+		for _, s := range f.says {
+			has(s)
+		}
+	}
+	assert.Contains(t, at("postgres", cs[0]).StaleWrite, "0 rows updated", "the text says the late write changed no row")
+}
+
 // TestTablesParsed: the table reader sees a caption, the header and the rows, and no alignment
-// row.
+// row; the number formatters print as the docs do.
 func TestTablesParsed(t *testing.T) {
 	md := "text\n\n**Run** (`healthy.json`)\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n| 3 | 4 |\nafter\n"
 	got := tables(md)
@@ -424,4 +657,7 @@ func TestTablesParsed(t *testing.T) {
 	assert.Equal(t, 5, got[0].line)
 	assert.Equal(t, "1,000,000", thousands(1_000_000))
 	assert.Equal(t, "999", thousands(999))
+	assert.Equal(t, "11,400", hundreds(11425.2))
+	assert.Equal(t, "1, 8 and 64", series([]int{1, 8, 64}))
+	assert.Equal(t, "eight", word(8))
 }
