@@ -9,10 +9,11 @@ COUNT   ?= 1
 
 .PHONY: test bench bench-redis bench-fencing chaos choose soak gobench lint fuzz deps clean
 
-# Nested modules, each with its own go.mod so that the core's build links none of their
-# dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests). ./...
-# stops at their directories: test, lint and deps run them one by one.
-MODULES ?= fence/etcdfence
+# Nested modules, each with its own go.mod so that the library's build links none of their
+# dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests;
+# cmd/redlock-bench: the CLI and its harnesses, with etcd, gonum/plot, porcupine, HdrHistogram
+# and a progress bar). ./... stops at their directories: test, lint and deps run them one by one.
+MODULES ?= fence/etcdfence cmd/redlock-bench
 
 # Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
 # very run, so recipes that need initdb and postgres look for them when they start.
@@ -20,19 +21,19 @@ WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | ta
 
 # Every test, with the race detector, after vet and a gofmt check. One package at a time (-p 1):
 # the fault and load tests start real servers and must not share two cores with another package's.
-# Then the nested modules' tests.
+# Then the nested modules' tests, the same way.
 test: deps lint
 	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
-	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -timeout 5m ./..."; (cd $$m && $(GO) test -race -count=1 -timeout 5m ./...); done
+	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && $(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
 bench:
-	$(GO) run ./cmd/redlock-bench $(ARGS)
+	$(GO) -C cmd/redlock-bench run . $(ARGS)
 
 # The published figures: the CLI on real redis-server processes, every scenario.
 bench-redis: deps
 	@mkdir -p docs/bench
-	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	$(GO) -C cmd/redlock-bench build -o ../../bin/redlock-bench .
 	bin/redlock-bench -backend redis-server -scenario healthy -c 1,8,64 -d 5s -o json -plot docs/bench/healthy.svg > docs/bench/healthy.json
 	bin/redlock-bench -backend redis-server -scenario slow -delay 30ms -c 1,8 -d 5s -o json > docs/bench/slow.json
 	bin/redlock-bench -backend redis-server -scenario dead -dead 2 -c 1,8 -d 5s -o json > docs/bench/dead2.json
@@ -42,23 +43,23 @@ bench-redis: deps
 
 # The incident review's duplicate-write benchmark: 1,000,000 jobs, unfenced and fenced.
 bench-fencing:
-	$(GO) run ./cmd/redlock-bench fencing $(ARGS)
+	$(GO) -C cmd/redlock-bench run . fencing $(ARGS)
 
 # Every chaos scenario at full size on real servers (docs/chaos.md); make test runs the quick size.
 chaos: deps
 	@mkdir -p docs/bench
-	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	$(GO) -C cmd/redlock-bench build -o ../../bin/redlock-bench .
 	bin/redlock-bench chaos -json docs/bench/chaos.json $(ARGS)
 
 # The lock-choice table measured here on real redis-server processes (docs/choosing.md).
 choose: deps
 	@mkdir -p docs/bench
-	$(GO) build -o bin/redlock-bench ./cmd/redlock-bench
+	$(GO) -C cmd/redlock-bench build -o ../../bin/redlock-bench .
 	$(WITHPG) bin/redlock-bench choose -backend redis-server -o json -plot docs/bench/choose.svg $(ARGS) > docs/bench/choose.json
 
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps
-	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
+	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) -C cmd/redlock-bench test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
@@ -70,6 +71,9 @@ lint:
 	@if git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- . >/dev/null 2>&1; then echo "merge conflict markers:"; git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- .; exit 1; fi
 	$(GO) vet $(PKGS)
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...); done
+	@# The library links none of the CLI's dependencies: they are the cmd/redlock-bench module's.
+	@if $(GO) list -deps ./redlock/... ./fence/... | grep -E 'etcd|gonum|porcupine|hdrhistogram|progressbar|quorumlock.dev/cmd/'; then \
+		echo "the library's packages import the CLI's dependencies (above)"; exit 1; fi
 
 # A short run of each fuzz target.
 fuzz:

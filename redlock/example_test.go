@@ -206,7 +206,7 @@ func ExampleLock_Renew() {
 }
 
 // The README's quick start, on in-process servers: run and the functions it
-// calls are the README's code, word for word (internal/doccheck checks it).
+// calls are the README's code, word for word (cmd/redlock-bench/internal/doccheck checks it).
 func Example_quickStart() {
 	masterAddrs, stopMasters := servers(3)
 	defer stopMasters()

@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"quorumlock.dev/internal/chaos"
-	"quorumlock.dev/internal/output"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
+	"quorumlock.dev/cmd/redlock-bench/internal/output"
 	"quorumlock.dev/internal/pgserver"
 )
 

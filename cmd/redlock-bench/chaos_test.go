@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/chaos"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
 	"quorumlock.dev/internal/redistest"
 )
 

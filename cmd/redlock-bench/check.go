@@ -14,9 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/backend"
+	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/backend"
-	"quorumlock.dev/internal/benchrun"
 	"quorumlock.dev/redlock"
 )
 

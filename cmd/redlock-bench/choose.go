@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"quorumlock.dev/internal/choose"
-	"quorumlock.dev/internal/output"
-	"quorumlock.dev/internal/plot"
+	"quorumlock.dev/cmd/redlock-bench/internal/choose"
+	"quorumlock.dev/cmd/redlock-bench/internal/output"
+	"quorumlock.dev/cmd/redlock-bench/internal/plot"
 )
 
 // chooseInvocation is a parsed `redlock-bench choose` command line.

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/choose"
+	"quorumlock.dev/cmd/redlock-bench/internal/choose"
 )
 
 // TestChooseCommand: `redlock-bench choose -o json` on small sizes prints a row per option

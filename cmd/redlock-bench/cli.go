@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/term"
 
-	"quorumlock.dev/internal/backend"
-	"quorumlock.dev/internal/benchrun"
-	"quorumlock.dev/internal/output"
-	"quorumlock.dev/internal/plot"
+	"quorumlock.dev/cmd/redlock-bench/internal/backend"
+	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
+	"quorumlock.dev/cmd/redlock-bench/internal/output"
+	"quorumlock.dev/cmd/redlock-bench/internal/plot"
 )
 
 // Exit statuses of [run].

@@ -15,13 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/benchrun"
-	"quorumlock.dev/internal/chaos"
-	"quorumlock.dev/internal/output"
+	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
+	"quorumlock.dev/cmd/redlock-bench/internal/output"
+	"quorumlock.dev/cmd/redlock-bench/internal/report"
+	"quorumlock.dev/cmd/redlock-bench/internal/reporttest"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/internal/report"
-	"quorumlock.dev/internal/reporttest"
 )
 
 func TestMain(m *testing.M) {

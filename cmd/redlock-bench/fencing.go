@@ -8,8 +8,8 @@ import (
 	"io"
 	"time"
 
-	"quorumlock.dev/internal/backend"
-	"quorumlock.dev/internal/fencingbench"
+	"quorumlock.dev/cmd/redlock-bench/internal/backend"
+	"quorumlock.dev/cmd/redlock-bench/internal/fencingbench"
 )
 
 // fencingInvocation is a parsed `redlock-bench fencing` command line.

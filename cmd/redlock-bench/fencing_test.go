@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/fencingbench"
+	"quorumlock.dev/cmd/redlock-bench/internal/fencingbench"
 	"quorumlock.dev/internal/pgtest"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"quorumlock.dev/internal/chaos"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
 )
 
 func main() {

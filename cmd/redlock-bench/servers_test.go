@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
-	"quorumlock.dev/internal/report"
 )
 
 // The secrets of these tests: distinctive, so that finding one in output means a leak.

@@ -1,0 +1,617 @@
+// Package benchrun measures the redlock client against its single-instance
+// mode: it opens a backend, builds each scenario's variants and measures them
+// in alternating slices into a [report.Report]. The uncontended scenarios
+// make one TryLock attempt per cycle; the contended one calls Lock, which
+// waits. It writes nothing itself.
+package benchrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/cmd/redlock-bench/internal/backend"
+	"quorumlock.dev/cmd/redlock-bench/internal/progress"
+	"quorumlock.dev/cmd/redlock-bench/internal/report"
+	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/faultproxy"
+	"quorumlock.dev/redlock"
+)
+
+// Scenarios lists what -scenario accepts.
+var Scenarios = []string{"healthy", "slow", "dead", "scale", "contended"}
+
+// ScaleMasters are the master counts of the scale scenario.
+var ScaleMasters = []int{1, 3, 5, 7, 9}
+
+// ErrConfig reports settings that cannot make a run.
+var ErrConfig = errors.New("benchrun: invalid configuration")
+
+// Config is one run of the benchmark.
+type Config struct {
+	Backend     backend.Config // where the servers come from; Backend.Masters is set by Run
+	Scenario    string
+	Masters     int   // masters of the redlock mode (healthy, slow, dead)
+	Concurrency []int // goroutines; one row per value and variant
+	Duration    time.Duration
+	Cycles      int64 // per row; when set, it replaces Duration
+	TTL         time.Duration
+	NodeTimeout time.Duration
+	Keys        int           // resources to spread the locks over; 1 is full contention
+	Hold        time.Duration // simulated critical section
+	Fence       bool
+	Delay       time.Duration // slow scenario
+	Dead        int           // dead scenario
+	Rounds      int           // each row is measured in this many slices, alternating with the other rows of its group
+	Progress    io.Writer     // where to draw a progress bar; nil for none
+}
+
+// Validate reports the first setting that cannot make a run.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+	}
+	switch {
+	case !slices.Contains(Scenarios, c.Scenario):
+		return bad("unknown scenario %q (want one of %v)", c.Scenario, Scenarios)
+	case c.Masters < 1 || c.Masters > 16:
+		return bad("masters %d outside 1..16", c.Masters)
+	case len(c.Concurrency) == 0:
+		return bad("no concurrency given")
+	case c.Duration <= 0 && c.Cycles <= 0:
+		return bad("need a positive duration or cycle count")
+	case c.Cycles < 0:
+		return bad("negative cycle count %d", c.Cycles)
+	case c.TTL <= c.NodeTimeout:
+		return bad("ttl %v must be longer than the node timeout %v", c.TTL, c.NodeTimeout)
+	case c.NodeTimeout <= 0:
+		return bad("node timeout %v is not positive", c.NodeTimeout)
+	case c.Keys < 1 || c.Keys > 1_000_000:
+		return bad("keys %d outside 1..1000000", c.Keys)
+	case c.Hold < 0:
+		return bad("negative hold %v", c.Hold)
+	case c.Rounds < 1:
+		return bad("rounds %d below 1", c.Rounds)
+	case c.Scenario == "slow" && c.Delay <= 0:
+		return bad("the slow scenario needs a positive -delay")
+	case c.Scenario == "dead" && (c.Dead < 1 || c.Dead > c.Masters):
+		return bad("dead %d outside 1..%d masters", c.Dead, c.Masters)
+	}
+	for _, n := range c.Concurrency {
+		if n < 1 || n > 4096 {
+			return bad("concurrency %d outside 1..4096", n)
+		}
+	}
+	return nil
+}
+
+// variant is one thing measured: a lock client over some masters.
+type variant struct {
+	row       report.Row // the fixed fields of its rows
+	label     string     // how a ratio names it
+	ratioTo   string     // the label of the variant this one is compared with; "" for none
+	client    *redlock.Client
+	resources []string
+	guards    []*guard // one per resource in the contended scenario, else nil
+}
+
+// Run opens the backend, measures every variant of the scenario at every
+// concurrency, closes the backend and returns the report. When ctx ends, Run
+// stops measuring, cleans up and returns ctx's error.
+func Run(ctx context.Context, cfg Config) (*report.Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	need := cfg.Masters
+	if cfg.Scenario == "scale" {
+		need = slices.Max(ScaleMasters)
+	}
+	cfg.Backend.Masters = need
+	env, err := backend.Open(ctx, cfg.Backend)
+	if err != nil {
+		return nil, err
+	}
+	defer env.Close(context.WithoutCancel(ctx))
+	if cfg.Fence && env.Fence == "" {
+		return nil, fmt.Errorf("%w: -fence needs a fence node (-fence-addr with -addrs)", ErrConfig)
+	}
+
+	rep := &report.Report{
+		Backend:          env.Backend,
+		ServersInProcess: env.InProcess,
+		Servers:          env.Servers,
+		Started:          time.Now().UTC(),
+		GoMaxProcs:       runtime.GOMAXPROCS(0),
+		GoVersion:        runtime.Version(),
+		Platform:         runtime.GOOS + "/" + runtime.GOARCH,
+		Config: report.ConfigEcho{
+			Scenario: cfg.Scenario, Masters: cfg.Masters, TTLms: report.Milliseconds(cfg.TTL), NodeTimeout: report.Milliseconds(cfg.NodeTimeout),
+			HoldMs: report.Milliseconds(cfg.Hold), Keys: cfg.Keys, Fence: cfg.Fence, Rounds: cfg.Rounds,
+			DurationS: cfg.Duration.Seconds(), Cycles: cfg.Cycles,
+		},
+	}
+	if cfg.Cycles > 0 {
+		rep.Config.DurationS = 0
+	}
+	s := &setup{cfg: cfg, env: env}
+	defer s.close()
+	variants, err := s.variants()
+	if err != nil {
+		return nil, err
+	}
+	bar := newBar(cfg, len(variants))
+	defer bar.Finish()
+	start := time.Now()
+	for _, c := range cfg.Concurrency {
+		rows, err := measure(ctx, cfg, variants, c, bar)
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, rows...)
+	}
+	rep.Elapsed = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// setup builds the variants of a scenario and owns what they need.
+type setup struct {
+	cfg     Config
+	env     *backend.Env
+	clients []*redis.Client
+	locks   []*redlock.Client
+	proxies []*faultproxy.Proxy
+}
+
+func (s *setup) close() {
+	for _, c := range s.locks {
+		_ = c.Close() // its subscriptions, before the connections they use
+	}
+	for _, c := range s.clients {
+		_ = c.Close()
+	}
+	for _, p := range s.proxies {
+		_ = p.Close()
+	}
+}
+
+func (s *setup) redisClient(addr string) *redis.Client {
+	// Library defaults except the pool, which must not be what limits the
+	// highest concurrency.
+	o := s.env.ClientOptions(addr) // the user, password and TLS of an addrs server
+	o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10
+	c := redis.NewClient(o)
+	s.clients = append(s.clients, c)
+	return c
+}
+
+// lockClient is a client over addrs. fair queues waiters (WithFairness);
+// poll hides the masters' Subscribe, so that a waiter sleeps the retry
+// delay as Lock did before its release was pushed to waiters.
+func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, error) {
+	masters := make([]redlock.Master, len(addrs))
+	for i, a := range addrs {
+		masters[i] = s.redisClient(a)
+		if poll {
+			masters[i] = plainMaster{masters[i]}
+		}
+	}
+	opts := []redlock.Option{redlock.WithNodeTimeout(s.cfg.NodeTimeout)}
+	if fair {
+		// The option wants an entry to outlive 4 node timeouts.
+		opts = append(opts, redlock.WithFairness(max(redlock.DefaultFairEntryTTL, 4*s.cfg.NodeTimeout)))
+	}
+	if s.cfg.Fence {
+		counter, err := fence.NewRedisCounter(s.redisClient(s.env.Fence))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, redlock.WithFence(counter))
+	}
+	c, err := redlock.New(masters, opts...)
+	if err == nil {
+		s.locks = append(s.locks, c)
+	}
+	return c, err
+}
+
+// plainMaster is a master with only the Master methods: no Subscribe.
+type plainMaster struct{ redlock.Master }
+
+func (s *setup) proxy(upstream string, delay time.Duration) (string, error) {
+	p, err := faultproxy.New(upstream)
+	if err != nil {
+		return "", err
+	}
+	s.proxies = append(s.proxies, p)
+	p.SetDelay(delay)
+	return p.Addr(), nil
+}
+
+// variants lists what the scenario compares, each with its own clients
+// (and proxies), so that no fault is switched on and off during the run.
+func (s *setup) variants() ([]*variant, error) {
+	cfg, env := s.cfg, s.env
+	n := cfg.Masters
+	base := report.Row{Scenario: cfg.Scenario, Keys: cfg.Keys, Fence: cfg.Fence, HoldMs: report.Milliseconds(cfg.Hold)}
+	type spec struct {
+		mode, label, ratioTo string
+		addrs                []string
+		delay                time.Duration
+		dead                 int
+		fair, poll           bool
+	}
+	var specs []spec
+	switch cfg.Scenario {
+	case "healthy", "contended":
+		ratioTo := "single"
+		if cfg.Scenario == "contended" {
+			// Its latencies are waits for each other: the p50 of one over
+			// the other is not the cost of a quorum.
+			ratioTo = ""
+		}
+		specs = []spec{
+			{mode: "single", label: "single", addrs: []string{env.Single}},
+			{mode: "redlock", label: "redlock", ratioTo: ratioTo, addrs: env.Masters[:n]},
+		}
+		if cfg.Scenario == "contended" {
+			specs = append(specs,
+				spec{mode: "redlock", label: "redlock fair", addrs: env.Masters[:n], fair: true},
+				spec{mode: "redlock", label: "redlock poll", addrs: env.Masters[:n], poll: true})
+		}
+	case "slow":
+		// Both rows go through a proxy to the same master, so its own cost
+		// is not mistaken for the slow master's.
+		fast, err := s.proxy(env.Masters[n-1], 0)
+		if err != nil {
+			return nil, err
+		}
+		slow, err := s.proxy(env.Masters[n-1], cfg.Delay)
+		if err != nil {
+			return nil, err
+		}
+		specs = []spec{
+			{mode: "redlock", label: "delay_ms=0", addrs: append(slices.Clone(env.Masters[:n-1]), fast)},
+			{mode: "redlock", label: fmt.Sprintf("delay_ms=%g", report.Milliseconds(cfg.Delay)), ratioTo: "delay_ms=0",
+				addrs: append(slices.Clone(env.Masters[:n-1]), slow), delay: cfg.Delay},
+		}
+	case "dead":
+		addrs := slices.Clone(env.Masters[:n-cfg.Dead])
+		for range cfg.Dead {
+			a, err := backend.FreeAddr()
+			if err != nil {
+				return nil, err
+			}
+			addrs = append(addrs, a)
+		}
+		specs = []spec{
+			{mode: "redlock", label: "healthy", addrs: env.Masters[:n]},
+			{mode: "redlock", label: fmt.Sprintf("dead=%d", cfg.Dead), ratioTo: "healthy", addrs: addrs, dead: cfg.Dead},
+		}
+	case "scale":
+		for _, m := range ScaleMasters {
+			ratioTo := "masters=3"
+			if m == 3 {
+				ratioTo = ""
+			}
+			specs = append(specs, spec{mode: "redlock", label: fmt.Sprintf("masters=%d", m), ratioTo: ratioTo, addrs: env.Masters[:m]})
+		}
+	}
+
+	variants := make([]*variant, len(specs))
+	for i, sp := range specs {
+		client, err := s.lockClient(sp.addrs, sp.fair, sp.poll)
+		if err != nil {
+			return nil, err
+		}
+		row := base
+		row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
+		v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, client: client, resources: make([]string, cfg.Keys)}
+		for k := range v.resources {
+			v.resources[k] = fmt.Sprintf("%s:%d:%d", env.Prefix, i, k)
+		}
+		if cfg.Scenario == "contended" {
+			v.guards = make([]*guard, cfg.Keys)
+			for k := range v.guards {
+				v.guards[k] = &guard{}
+			}
+		}
+		variants[i] = v
+	}
+	return variants, nil
+}
+
+// newBar draws progress in attempts when rows are counted, else in time.
+func newBar(cfg Config, variants int) *progress.Bar {
+	rows := int64(len(cfg.Concurrency) * variants)
+	if cfg.Cycles > 0 {
+		return progress.Count(cfg.Progress, cfg.Cycles*rows, "cycles")
+	}
+	return progress.Time(cfg.Progress, cfg.Duration*time.Duration(rows))
+}
+
+// tally is what one variant measured at one concurrency.
+type tally struct {
+	acquire, cycle                                   *hdrhistogram.Histogram
+	attempts, acquired, contended, unavailable, errs int64
+	firstErr                                         error // the first of errs, for the row
+	seconds                                          float64
+	mallocs                                          uint64
+	cpu                                              time.Duration
+
+	// The contended scenario's: Lock's waits when it won, the handoffs
+	// between goroutines, overlapping sections, and sections per goroutine.
+	wait, handoff *hdrhistogram.Histogram
+	violations    int64
+	sections      []int64 // per goroutine, begun within the slices
+	window        float64 // seconds of the slices, without what ran on past their end
+}
+
+func newHistogram() *hdrhistogram.Histogram {
+	// 1 µs to 10 min, 3 significant figures.
+	return hdrhistogram.New(1, 600_000_000, 3)
+}
+
+// measure runs every variant at concurrency c, in cfg.Rounds slices that
+// alternate between the variants (A, B, A, B ...), so that drift in the
+// machine's speed hits all of them alike.
+func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress.Bar) ([]report.Row, error) {
+	tallies := make([]*tally, len(variants))
+	for i := range tallies {
+		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram()}
+	}
+	workers := make([]*worker, c)
+	for i := range workers {
+		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
+	}
+	if cfg.Scenario == "contended" {
+		// Only here: the uncontended rows' heap (and so their GC) stays
+		// what it was.
+		for _, t := range tallies {
+			t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+		}
+		for _, w := range workers {
+			w.wait = newHistogram()
+		}
+	}
+	for round := range cfg.Rounds {
+		for i, v := range variants {
+			slice := cfg.Duration / time.Duration(cfg.Rounds)
+			budget := int64(0)
+			if cfg.Cycles > 0 {
+				budget = cfg.Cycles / int64(cfg.Rounds)
+				if int64(round) < cfg.Cycles%int64(cfg.Rounds) {
+					budget++
+				}
+			}
+			if err := runSlice(ctx, cfg, v, workers, tallies[i], slice, budget, bar); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	rows := make([]report.Row, len(variants))
+	p50 := map[string]float64{}
+	for i, v := range variants {
+		t := tallies[i]
+		r := v.row
+		r.Concurrency = c
+		r.Attempts, r.Cycles, r.Seconds = t.attempts, t.acquired, t.seconds
+		if t.seconds > 0 {
+			r.OpsPerSec = float64(t.acquired) / t.seconds
+		}
+		if t.acquire.TotalCount() > 0 {
+			r.AcquireP50Us = float64(t.acquire.ValueAtQuantile(50))
+			r.AcquireP90Us = float64(t.acquire.ValueAtQuantile(90))
+			r.AcquireP99Us = float64(t.acquire.ValueAtQuantile(99))
+			r.AcquireP999Us = float64(t.acquire.ValueAtQuantile(99.9))
+			r.AcquireMaxUs = float64(t.acquire.Max())
+		}
+		if t.cycle.TotalCount() > 0 {
+			r.CycleP50Us = float64(t.cycle.ValueAtQuantile(50))
+		}
+		r.Acquired, r.Contended, r.Unavailable, r.Errors = t.acquired, t.contended, t.unavailable, t.errs
+		if t.firstErr != nil {
+			r.FirstError = t.firstErr.Error()
+		}
+		if t.attempts > 0 {
+			r.AllocsPerOp = float64(t.mallocs) / float64(t.attempts)
+		}
+		r.CPUSeconds = t.cpu.Seconds()
+		if v.guards != nil {
+			contendedFigures(&r, t)
+		}
+		rows[i] = r
+		p50[v.label] = r.AcquireP50Us
+	}
+	for i, v := range variants {
+		if v.ratioTo == "" {
+			continue
+		}
+		rows[i].RatioOf = v.ratioTo
+		if d := p50[v.ratioTo]; d > 0 {
+			rows[i].RatioP50 = rows[i].AcquireP50Us / d
+		}
+	}
+	return rows, nil
+}
+
+// worker is one goroutine's part of a slice; its histograms are merged
+// into the variant's tally after each slice, so workers never share one.
+type worker struct {
+	id                                               int // its index in the slice's workers
+	acquire, cycle                                   *hdrhistogram.Histogram
+	attempts, acquired, contended, unavailable, errs int64
+	firstErr                                         error // the first of errs in this slice
+	rng                                              *rand.Rand
+	wait                                             *hdrhistogram.Histogram // contended only
+	violations, sections                             int64                   // contended only
+}
+
+func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpuBefore := cpuTime()
+	start := time.Now()
+	end := start.Add(d)
+	var left atomic.Int64
+	left.Store(budget)
+	var invalid atomic.Pointer[error] // the library refused the run's settings
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		w.rng = rand.New(rand.NewPCG(uint64(start.UnixNano()), uint64(i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v.guards != nil {
+				w.contend(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			} else {
+				w.run(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := invalid.Load(); err != nil {
+		// Not an outcome to count: no attempt with these settings can succeed.
+		return fmt.Errorf("benchrun: %w", *err)
+	}
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpuBefore
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+
+	t.seconds += elapsed.Seconds()
+	if budget > 0 {
+		t.window += elapsed.Seconds()
+	} else {
+		t.window += d.Seconds()
+	}
+	t.cpu += cpu
+	t.mallocs += after.Mallocs - before.Mallocs
+	for _, w := range workers {
+		t.acquire.Merge(w.acquire)
+		t.cycle.Merge(w.cycle)
+		t.attempts += w.attempts
+		t.acquired += w.acquired
+		t.contended += w.contended
+		t.unavailable += w.unavailable
+		t.errs += w.errs
+		if t.firstErr == nil {
+			t.firstErr = w.firstErr
+		}
+		w.firstErr = nil
+		w.acquire.Reset()
+		w.cycle.Reset()
+		if w.wait != nil {
+			t.wait.Merge(w.wait)
+			t.violations += w.violations
+			t.sections[w.id] += w.sections
+			w.wait.Reset()
+		}
+		w.attempts, w.acquired, w.contended, w.unavailable, w.errs, w.violations, w.sections = 0, 0, 0, 0, 0, 0, 0
+	}
+	for _, g := range v.guards {
+		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
+		g.sections = g.sections[:0]
+	}
+	return ctx.Err()
+}
+
+func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {
+	for w.more(ctx, counted, left, end) {
+		res := v.resources[w.rng.IntN(len(v.resources))]
+		start := time.Now()
+		l, err := v.client.TryLock(ctx, res, cfg.TTL)
+		w.record(time.Since(start), bar)
+		if err != nil {
+			if !w.failed(ctx, err, invalid) {
+				return
+			}
+			continue
+		}
+		if cfg.Hold > 0 {
+			time.Sleep(cfg.Hold)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			w.errored(err)
+			continue
+		}
+		_ = w.cycle.RecordValue(micros(time.Since(start)))
+		w.acquired++
+	}
+}
+
+// more reports whether the worker makes another attempt: while the
+// slice's budget of attempts lasts (counted), else until end.
+func (w *worker) more(ctx context.Context, counted bool, left *atomic.Int64, end time.Time) bool {
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case counted:
+		return left.Add(-1) >= 0
+	}
+	return time.Now().Before(end)
+}
+
+// record counts one attempt that took d, whatever its outcome.
+func (w *worker) record(d time.Duration, bar *progress.Bar) {
+	_ = w.acquire.RecordValue(micros(d))
+	w.attempts++
+	bar.Add(1)
+}
+
+// failed counts an attempt that returned err. It returns false when no
+// attempt with these settings can succeed, and the worker must stop.
+func (w *worker) failed(ctx context.Context, err error, invalid *atomic.Pointer[error]) bool {
+	switch {
+	case ctx.Err() != nil:
+		// Cut short by the run's end: masters that had not answered yet
+		// make it ErrQuorumUnavailable, which says nothing of them here.
+	case errors.Is(err, redlock.ErrNotAcquired):
+		w.contended++
+	case errors.Is(err, redlock.ErrQuorumUnavailable), errors.Is(err, redlock.ErrFenceUnavailable):
+		w.unavailable++
+	case errors.Is(err, redlock.ErrInvalidArgument):
+		invalid.CompareAndSwap(nil, &err)
+		return false
+	default:
+		if ctx.Err() == nil {
+			w.errored(err)
+		}
+	}
+	return true
+}
+
+// errored counts an error that is no outcome of a lock: the row's errors.
+func (w *worker) errored(err error) {
+	if w.errs == 0 {
+		w.firstErr = err
+	}
+	w.errs++
+}
+
+func micros(d time.Duration) int64 {
+	if us := d.Microseconds(); us > 0 {
+		return us
+	}
+	return 1
+}
+
+// cpuTime is the user and system CPU time of the whole process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
