@@ -394,11 +394,19 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 	case ttl < time.Millisecond:
 		return invalid("ttl %v is below 1ms", ttl)
 	}
-	if lease := ttl.Truncate(time.Millisecond) - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant); lease <= c.cfg.nodeTimeout {
+	if lease := c.lease(ttl); lease <= c.cfg.nodeTimeout {
 		return invalid("ttl %v leaves %v after the drift allowance, not more than the node timeout %v: an attempt that takes its whole node timeout would have no validity left",
 			ttl, lease, c.cfg.nodeTimeout)
 	}
 	return nil
+}
+
+// lease is what a TTL of ttl gives a holder, counted from the start of the
+// round that set it: the whole milliseconds Redis keeps, less the drift
+// allowance. The one place the formula is written.
+func (c *Client) lease(ttl time.Duration) time.Duration {
+	ttl = ttl.Truncate(time.Millisecond)
+	return ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
@@ -486,7 +494,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		return false, err
 	}))
 	l.round = round
-	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
 

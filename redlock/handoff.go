@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/quorum"
 )
 
@@ -312,7 +311,7 @@ func (c *Client) observe(q *queued, replies []holderReply) {
 // clock that counts suspend) has at least three quarters of q's lease left:
 // enough to pass it on to q as it is.
 func (c *Client) passable(q *queued, until time.Time, untilBoot time.Duration) bool {
-	lease := q.lockTTL - clockdrift.Allowance(q.lockTTL, c.cfg.driftFactor, c.cfg.driftConstant)
+	lease := c.lease(q.lockTTL)
 	now, boot := c.clock.now()
 	left := min(until.Sub(now), untilBoot-boot)
 	return left >= lease/4*3
@@ -469,7 +468,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		return handed, nil
 	})
 	next.round = round
-	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	next.untilBoot = boot + lease
 

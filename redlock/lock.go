@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/quorum"
 )
 
@@ -468,7 +467,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		c.exit(ctx, i, probe, err)
 		return n == 1, err
 	})
-	lease := ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	lease := c.lease(ttl)
 	deadline, deadlineBoot := start.Add(lease), boot+lease
 	switch {
 	case round.Count(quorum.Agreed) < c.quorum && ended != nil:

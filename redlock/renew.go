@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"quorumlock.dev/internal/clockdrift"
 )
 
 // Progress records that the holder has moved its work forward. The renewer
@@ -30,7 +28,7 @@ func (l *Lock) Renew(ttl, maxHold time.Duration) error {
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
 	}
-	lease := ttl.Truncate(time.Millisecond) - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	lease := c.lease(ttl)
 	lead := max(lease/3, 2*c.cfg.nodeTimeout)
 	switch {
 	case lead > lease/2:
