@@ -83,6 +83,10 @@ type Client struct {
 // one host:port) give [ErrInvalidArgument]. New does no I/O, except that
 // [WithRestartGuard] or [WithClockMonitor] starts its watcher, which samples the masters at once
 // in the background; [Client.Close] stops it.
+//
+// Goroutines a Client runs: the watcher's one, plus a sample per master at
+// most; from the first Lock that waits, two per master that can subscribe;
+// one per renewing Lock ([Lock.Renew]). Close ends all but the renewers.
 func New(masters []Master, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"net"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +106,55 @@ func TestCloseBoundedOnHungMaster(t *testing.T) {
 	}
 	wcancel()
 	assert.ErrorIs(t, (<-waiting).err, context.Canceled)
+}
+
+// TestClientGoroutines: what New's doc says a Client runs: the watcher's
+// goroutine (and a sample per master at most), two per master once a Lock
+// has waited, one per renewer; Close ends all but the renewers.
+func TestClientGoroutines(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	c, err := New(masters, WithNodeTimeout(250*time.Millisecond), WithClockMonitor(time.Hour, false)) // the watcher, with no quarantine of these young servers
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return running("redlock.(*Client).sample") == 0 }, 5*time.Second, time.Millisecond,
+		"the first samples did not end")
+	assert.Equal(t, 1, running("redlock.(*Client).watch"), "watchers")
+	assert.Zero(t, running("redlock.(*subscriber)."), "subscriptions before any wait")
+
+	res := resourceName(t)
+	holder := heldFor(ctx, t, c, admin, res)
+	require.NoError(t, holder.Renew(time.Minute, time.Hour))
+	assert.Equal(t, 1, running("redlock.(*Lock).renew"), "renewers")
+	waiting := lockAsync(ctx, c, res, time.Minute)
+	subscribed(t, admin, res)
+	assert.Equal(t, 2*len(masters), running("redlock.(*subscriber)."), "subscription goroutines")
+
+	require.NoError(t, c.Close())
+	assert.Zero(t, running("redlock.(*Client).watch"), "the watcher outlived Close")
+	assert.Zero(t, running("redlock.(*subscriber)."), "subscriptions outlived Close")
+	assert.Equal(t, 1, running("redlock.(*Lock).renew"), "Close ended a renewer")
+	holder.Progress()
+	require.NoError(t, holder.Unlock(ctx))
+	assert.Zero(t, running("redlock.(*Lock).renew"), "the renewer outlived Unlock")
+	w := <-waiting
+	require.NoError(t, w.err)
+	require.NoError(t, w.l.Unlock(ctx))
+}
+
+// running counts the goroutines whose stack has one of fns in it. The tests
+// of this package run one at a time, so they are the test's client's.
+func running(fns ...string) int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		for _, fn := range fns {
+			if strings.Contains(g, fn) {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }

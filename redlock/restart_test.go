@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -240,15 +239,7 @@ func TestRestartGuardCloseStopsWatcher(t *testing.T) {
 
 // guardGoroutines counts the goroutines running the guard's code.
 func guardGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "redlock.(*Client).watch") || strings.Contains(g, "redlock.(*Client).sample") {
-			n++
-		}
-	}
-	return n
+	return running("redlock.(*Client).watch", "redlock.(*Client).sample")
 }
 
 // The guard costs the acquire path no allocation: cached state only.
