@@ -405,8 +405,8 @@ func (c *Client) admit(ctx context.Context) error {
 		return g.err
 	}
 	rep, err := c.Check(ctx)
-	if err != nil {
-		return errors.Join(ErrNotAcquired, err)
+	if err != nil { // the caller's context ended: nothing was attempted
+		return fmt.Errorf("redlock: not attempted: the strict check did not finish: %w", err)
 	}
 	g.err, g.last, g.done = rep.Err(), time.Now(), complete(rep)
 	return g.err

@@ -265,6 +265,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			handed = h
 		}
 	}
+	var last error // the last attempt's error
 	for n := 1; ; n++ {
 		if handed == nil && grant != nil {
 			select {
@@ -276,7 +277,10 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			if handed != nil {
 				handed.abandonHanded(ctx, nil)
 			}
-			return nil, errors.Join(ErrNotAcquired, err)
+			if last == nil {
+				return nil, c.notAttempted(err)
+			}
+			return nil, errors.Join(last, err)
 		}
 		if handed != nil {
 			l, err := c.take(ctx, handed)
@@ -304,6 +308,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			}
 		}
 		l, round, err := c.attempt(ctx, resource, ttl, q)
+		last = err
 		if q != nil {
 			c.attempting(q, false, round)
 			// Our entry is on the masters now: a release may hand us the lock.

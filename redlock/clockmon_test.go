@@ -342,7 +342,7 @@ func TestClockMonitorWithRestartGuard(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, c.guard.interval, "the shorter interval")
 	sampled(t, c)
 	clockSampled(t, c, 2)
-	require.Positive(t, guardGoroutines())
+	require.Positive(t, guardGoroutines(c))
 	m := &c.guard.masters[1]
 	m.mu.Lock()
 	m.clock.out = clockOpen // as if its clock had stepped forward
@@ -350,7 +350,8 @@ func TestClockMonitorWithRestartGuard(t *testing.T) {
 	m.mu.Unlock()
 	require.True(t, c.quarantined(1))
 	require.NoError(t, c.Close())
-	assert.Zero(t, guardGoroutines(), "a goroutine of the watcher outlived Close")
+	assert.Zero(t, running(c, "redlock.(*Client).watch"), "the watcher outlived Close")
+	assert.Eventually(t, func() bool { return guardGoroutines(c) == 0 }, 5*time.Second, time.Millisecond, "a sample outlived Close by seconds")
 	assert.False(t, c.quarantined(1), "after Close every master counts")
 }
 
