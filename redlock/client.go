@@ -609,6 +609,9 @@ func isWrongType(err error) bool {
 // the round. A master that refused because its key has another type (found
 // by the release that followed) counts as failed.
 func (c *Client) roundError(ctx context.Context, round *quorum.Round, released []release) error {
+	if round.TimedOut {
+		c.diagnosed(round)
+	}
 	var errs []error
 	wrong := 0
 	for i := range c.masters {
@@ -680,12 +683,19 @@ func callerEnded(ctx context.Context, err error) bool {
 func (c *Client) diagnose(i int, now int64) {
 	h := &c.health[i]
 	addr := c.dialAddrs[i]
-	if addr == "" || now-h.lastDiagnosis.Load() < int64(c.cfg.nodeTimeout) || !h.diagnosing.CompareAndSwap(false, true) {
+	if addr == "" || now-h.lastDiagnosis.Load() < int64(c.cfg.nodeTimeout) {
+		return
+	}
+	done := make(chan struct{})
+	if !h.diagnosis.CompareAndSwap(nil, &done) {
 		return
 	}
 	h.lastDiagnosis.Store(now)
 	go func() {
-		defer h.diagnosing.Store(false)
+		defer func() {
+			h.diagnosis.Store(nil)
+			close(done)
+		}()
 		conn, err := net.DialTimeout("tcp", addr, c.cfg.nodeTimeout)
 		if err != nil {
 			h.lastFailure.Store(&failure{err: fmt.Errorf("a dial to see why: %w", err), at: c.nanos()})
@@ -693,6 +703,40 @@ func (c *Client) diagnose(i int, now int64) {
 		}
 		_ = conn.Close()
 	}()
+}
+
+// diagnosed waits, at most a quarter of the node timeout, for the dials
+// that diagnose the masters of round that did not answer in time and have
+// no cause yet, so that the error of the first attempt that finds a port
+// refused already says so. A refused dial returns at once; a master that
+// accepts connections, however hung, gives no cause and costs no wait.
+func (c *Client) diagnosed(round *quorum.Round) {
+	var waits []chan struct{}
+	for i := range c.masters {
+		if !errors.Is(round.Err(i), quorum.ErrTimeout) {
+			continue
+		}
+		h := &c.health[i]
+		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
+			continue
+		}
+		c.diagnose(i, c.nanos())
+		if d := h.diagnosis.Load(); d != nil {
+			waits = append(waits, *d)
+		}
+	}
+	if len(waits) == 0 {
+		return
+	}
+	t := time.NewTimer(c.cfg.nodeTimeout / 4)
+	defer t.Stop()
+	for _, d := range waits {
+		select {
+		case <-d:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // notAttempted is the error of a call whose context had ended before its

@@ -350,7 +350,7 @@ func TestClockMonitorWithRestartGuard(t *testing.T) {
 	m.mu.Unlock()
 	require.True(t, c.quarantined(1))
 	require.NoError(t, c.Close())
-	assert.Zero(t, running(c, "redlock.(*Client).watch"), "the watcher outlived Close")
+	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
 	assert.Eventually(t, func() bool { return guardGoroutines(c) == 0 }, 5*time.Second, time.Millisecond, "a sample outlived Close by seconds")
 	assert.False(t, c.quarantined(1), "after Close every master counts")
 }

@@ -42,8 +42,8 @@ type health struct {
 	// The last call that got no reply, for the errors of calls that then
 	// time out (see masterError).
 	lastFailure   atomic.Pointer[failure]
-	lastDiagnosis atomic.Int64 // when the last diagnosing dial started (see diagnose)
-	diagnosing    atomic.Bool
+	lastDiagnosis atomic.Int64                  // when the last diagnosing dial started (see diagnose)
+	diagnosis     atomic.Pointer[chan struct{}] // closed when the diagnosing dial in flight ends; nil: none
 }
 
 type failure struct {

@@ -233,7 +233,7 @@ func TestRestartGuardCloseStopsWatcher(t *testing.T) {
 	sampled(t, c)
 	require.Positive(t, guardGoroutines(c), "the watcher is not running")
 	require.NoError(t, c.Close())
-	assert.Zero(t, running(c, "redlock.(*Client).watch"), "the watcher outlived Close")
+	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
 	// A sample in flight may outlive Close by the rest of its call (Close
 	// waits at most a node timeout for it); it ends on its own.
 	assert.Eventually(t, func() bool { return guardGoroutines(c) == 0 }, 5*time.Second, time.Millisecond,
