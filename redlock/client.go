@@ -209,7 +209,9 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 // expire on a majority, then tries again; after other failures it waits the
 // retry delay. It returns when it wins, when the attempts of [WithRetry]
 // are spent (by default there is no cap: bound the wait with ctx), or when
-// ctx ends, with the last attempt's error joined with ctx.Err(). A fence
+// ctx ends, with the last attempt's error joined with ctx.Err() (an attempt
+// that ctx cut short before its masters answered gives way to the one
+// before it, when there was one). A fence
 // counter that went backwards ([fence.ErrCounterRegressed]) ends it at once.
 func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
@@ -265,7 +267,11 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			handed = h
 		}
 	}
-	var last error // the last attempt's error
+	// last is the error of the last attempt the caller's context did not
+	// cut short: a round cut short with masters still to answer is
+	// reported only when no attempt before it ended by itself (its masters
+	// had no time to say that others hold the lock).
+	var last error
 	for n := 1; ; n++ {
 		if handed == nil && grant != nil {
 			select {
@@ -308,7 +314,9 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			}
 		}
 		l, round, err := c.attempt(ctx, resource, ttl, q)
-		last = err
+		if !cutShort(ctx, round) || last == nil {
+			last = err
+		}
 		if q != nil {
 			c.attempting(q, false, round)
 			// Our entry is on the masters now: a release may hand us the lock.
@@ -330,7 +338,13 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 			c.cfg.logger.Error("redlock: the lock's key holds another type on a majority of masters; not retrying", "resource", resource, "err", err)
 			return nil, err
 		}
-		if ctx.Err() != nil || (c.cfg.attempts > 0 && n >= c.cfg.attempts) {
+		if ctx.Err() != nil {
+			if last != err {
+				return nil, errors.Join(last, ctx.Err())
+			}
+			return nil, err
+		}
+		if c.cfg.attempts > 0 && n >= c.cfg.attempts {
 			return nil, err
 		}
 		if !waiting && c.cfg.lockObs != nil {
@@ -665,6 +679,13 @@ func (c *Client) masterError(i int, op string, err error) *MasterError {
 		}
 	}
 	return &MasterError{Addr: c.addrs[i], Op: op, Err: err}
+}
+
+// cutShort reports a round that the caller's context ended with masters
+// still to answer: its error says what the masters did not have time to
+// say, and a Lock that retried reports the attempt before it.
+func cutShort(ctx context.Context, round *quorum.Round) bool {
+	return ctx.Err() != nil && round != nil && !round.TimedOut && round.Unanswered() > 0
 }
 
 // callerEnded reports a call on ctx (a round's) that failed with err

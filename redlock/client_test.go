@@ -458,6 +458,48 @@ func TestLockRetries(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNotAcquired)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 	})
+	t.Run("a last attempt cut short by the context reports the one before", func(t *testing.T) {
+		// The deadline falls while the masters are still to answer the
+		// second attempt: what the first found (others hold the lock) is
+		// the answer, not "quorum unavailable". Twin: when the first
+		// attempt is the one cut short, its masters did not answer in the
+		// time the caller gave, and the error says so.
+		for _, tc := range []struct {
+			name  string
+			after int64 // attempts that complete before the masters stall
+			want  error
+		}{{"second attempt", 1, ErrNotAcquired}, {"first attempt", 0, ErrQuorumUnavailable}} {
+			for _, all := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s all=%v", tc.name, all), func(t *testing.T) {
+					servers, masters := miniMasters(t, 3)
+					res := resourceName(t)
+					for _, s := range servers {
+						require.NoError(t, s.Set("lock:"+res, "someone-else"))
+					}
+					obs := &countingObserver{}
+					for _, m := range masters {
+						m.(*redis.Client).AddHook(stallAcquires{func() bool { return obs.attempts.Load() >= tc.after }})
+					}
+					// The round's own deadline is far: only the caller's ends it.
+					c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(10*time.Second), WithRetry(0, 10*time.Millisecond, 0))
+					cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+					defer cancel()
+					var err error
+					if all {
+						_, err = c.LockAll(cctx, []string{res}, time.Minute)
+					} else {
+						_, err = c.Lock(cctx, res, time.Minute)
+					}
+					assert.ErrorIs(t, err, tc.want)
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+					if tc.want == ErrNotAcquired {
+						assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+					}
+					assert.Equal(t, tc.after+1, obs.attempts.Load(), "attempts")
+				})
+			}
+		}
+	})
 	t.Run("cancelled before the first attempt", func(t *testing.T) {
 		// Nothing was tried: not "others hold the lock", and the observer
 		// hears of it.
@@ -487,6 +529,31 @@ func TestLockRetries(t *testing.T) {
 }
 
 // countingMaster counts the acquiring SETs sent to a master.
+// stallAcquires is a go-redis hook that holds every acquiring command (the
+// SET NX of Lock, the script of LockAll) until its context ends, once stall
+// says so.
+type stallAcquires struct{ stall func() bool }
+
+func (stallAcquires) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (stallAcquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h stallAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		acquire := cmd.Name() == "set" ||
+			(cmd.Name() == "evalsha" && len(args) > 1 && args[1] == acquireAllScript.Hash()) ||
+			(cmd.Name() == "eval" && len(args) > 1 && args[1] == acquireAllLua)
+		if acquire && h.stall() {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
 type countingMaster struct {
 	*redis.Client
 	sets *atomic.Int64
