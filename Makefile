@@ -74,6 +74,10 @@ lint:
 	@# The library links none of the CLI's dependencies: they are the cmd/redlock-bench module's.
 	@if $(GO) list -deps ./redlock/... ./fence/... | grep -E 'etcd|gonum|porcupine|hdrhistogram|progressbar|quorumlock.dev/cmd/'; then \
 		echo "the library's packages import the CLI's dependencies (above)"; exit 1; fi
+	@# The lock and the fence reach Redis through the driver seam only: the go-redis adapter is
+	@# driver/goredis, and no package of the lock's or the fence's imports it.
+	@if $(GO) list -deps ./driver ./redlock/... ./fence/... | grep -E 'go-redis|quorumlock.dev/driver/'; then \
+		echo "the lock or the fence imports a Redis client (above): only driver adapters may"; exit 1; fi
 
 # A short run of each fuzz target.
 fuzz:

@@ -12,6 +12,9 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/goredis"
 )
 
 // A fenced inventory update: the stock of WH-01 lives in Redis behind a
@@ -19,19 +22,19 @@ import (
 // writes; A's late write carries the older fence and is refused.
 func Example_fencedInventoryUpdate() {
 	ctx := context.Background()
-	node := func() *redis.Client {
+	node := func() driver.Conn {
 		srv, err := miniredis.Run()
 		if err != nil {
 			log.Fatal(err)
 		}
-		return redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		return goredis.Conn(redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
 	master, counterNode, storage := node(), node(), node()
 	counter, err := fence.NewRedisCounter(counterNode)
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := redlock.New([]redlock.Master{master}, redlock.WithFence(counter))
+	client, err := redlock.New([]driver.Conn{master}, redlock.WithFence(counter))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,20 +73,20 @@ func Example_fencedInventoryUpdate() {
 }
 
 // newNode starts an in-process Redis server for the examples and returns a
-// client of it; stop closes both.
-func newNode() (node *redis.Client, stop func()) {
+// go-redis client of it, adapted; stop closes both.
+func newNode() (node driver.Conn, stop func()) {
 	srv, err := miniredis.Run()
 	if err != nil {
 		log.Fatal(err)
 	}
-	node = redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return node, func() { _ = node.Close(); srv.Close() }
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	return goredis.Conn(rdb), func() { _ = rdb.Close(); srv.Close() }
 }
 
 // docs/fencing.md's first example: a fenced client, and a lock whose fence
 // goes with every write.
 func ExampleNewRedisCounter() {
-	var masters []redlock.Master
+	var masters []driver.Conn
 	for range 3 {
 		master, stop := newNode()
 		defer stop()
@@ -107,7 +110,7 @@ func ExampleNewRedisCounter() {
 
 // newFencedClient returns a client whose locks carry a fence minted on fenceNode, a Redis node
 // that is none of the masters. Build one per process; Close it when the process ends.
-func newFencedClient(masters []redlock.Master, fenceNode *redis.Client) (*redlock.Client, error) {
+func newFencedClient(masters []driver.Conn, fenceNode driver.Conn) (*redlock.Client, error) {
 	counter, err := fence.NewRedisCounter(fenceNode) // or pgfence.NewCounter(pool)
 	if err != nil {
 		return nil, err

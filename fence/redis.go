@@ -11,25 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/nilcheck"
-)
-
-// CounterNode is the part of a Redis client that a [RedisCounter] needs:
-// scripts for the mint and the seed, CONFIG GET and INFO for
-// [RedisCounter.CheckDurability]. *redis.Client and *redis.ClusterClient
-// satisfy it; [NewRedisCounter] refuses a *redis.Ring. A node whose server
-// refuses CONFIG (managed services often do) can still mint.
-type CounterNode interface {
-	redis.Scripter
-	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
-	Info(ctx context.Context, section ...string) *redis.StringCmd
-}
-
-var (
-	_ CounterNode = (*redis.Client)(nil)
-	_ CounterNode = (*redis.ClusterClient)(nil)
 )
 
 // DefaultTimeout bounds one call to the counter node (one mint, one seed,
@@ -39,11 +22,11 @@ const DefaultTimeout = 250 * time.Millisecond
 var (
 	//go:embed scripts/mint.lua
 	mintLua    string
-	mintScript = redis.NewScript(mintLua)
+	mintScript = driver.NewScript(mintLua)
 
 	//go:embed scripts/seed.lua
 	seedLua    string
-	seedScript = redis.NewScript(seedLua)
+	seedScript = driver.NewScript(seedLua)
 )
 
 // RedisCounter mints tokens on the key fence:<resource> of one Redis node,
@@ -54,7 +37,7 @@ var (
 // freed: it grows with the number of distinct resources minted in the
 // process, by a few tens of bytes plus the length of the name for each.
 type RedisCounter struct {
-	node    CounterNode
+	node    driver.Conn
 	timeout time.Duration
 
 	// mu guards the map, not the marks in it: a resource seen before costs a
@@ -85,16 +68,19 @@ func WithTimeout(d time.Duration) CounterOption {
 	return func(c *RedisCounter) { c.timeout = d }
 }
 
-// NewRedisCounter returns a counter on node, which must not be one of the
-// lock's masters. A *redis.Ring gives [ErrInvalidArgument]: it moves keys to
-// another shard when one is marked down, so it is no single authoritative
-// node.
-func NewRedisCounter(node CounterNode, opts ...CounterOption) (*RedisCounter, error) {
+// NewRedisCounter returns a counter on node (a go-redis client adapted by
+// quorumlock.dev/driver/goredis, say), which must not be one of the lock's
+// masters. A client that moves keys between servers (a *redis.Ring) gives
+// [ErrInvalidArgument]: it is no single authoritative node.
+// [RedisCounter.CheckDurability] needs a node with [driver.Inspector]; a
+// node whose server refuses CONFIG (managed services often do) can still
+// mint.
+func NewRedisCounter(node driver.Conn, opts ...CounterOption) (*RedisCounter, error) {
 	if nilcheck.Is(node) {
 		return nil, fmt.Errorf("%w: nil counter node", ErrInvalidArgument)
 	}
-	if _, ok := node.(*redis.Ring); ok {
-		return nil, fmt.Errorf("%w: a *redis.Ring moves keys between shards; the counter needs one node (*redis.Client)", ErrInvalidArgument)
+	if d, ok := node.(driver.Describer); ok && d.Describe().Unsafe != "" {
+		return nil, fmt.Errorf("%w: the counter needs one node: %s", ErrInvalidArgument, d.Describe().Unsafe)
 	}
 	c := &RedisCounter{node: node, timeout: DefaultTimeout}
 	for _, opt := range opts {
@@ -106,9 +92,9 @@ func NewRedisCounter(node CounterNode, opts ...CounterOption) (*RedisCounter, er
 	return c, nil
 }
 
-// Node is the client of the node the counter lives on. The redlock package
+// Node is the node the counter lives on. The redlock package
 // uses it to refuse a counter that lives on one of the lock's masters.
-func (c *RedisCounter) Node() CounterNode { return c.node }
+func (c *RedisCounter) Node() driver.Conn { return c.node }
 
 // Mint returns the next fence of resource: its counter plus one, or, when
 // the key is missing (a new resource or a lost key), the node's clock in
@@ -182,7 +168,7 @@ func (c *RedisCounter) mark(resource string) *mark {
 }
 
 type mintCall struct {
-	node CounterNode
+	node driver.Conn
 	key  string
 }
 
@@ -193,7 +179,7 @@ type mintReply struct {
 }
 
 func mint(ctx context.Context, a mintCall) (mintReply, error) {
-	v, err := mintScript.Run(ctx, a.node, []string{a.key}).Result()
+	v, err := a.node.Eval(ctx, mintScript, []string{a.key})
 	if err != nil {
 		return mintReply{}, err
 	}
@@ -247,10 +233,14 @@ func (c *RedisCounter) CheckDurability(ctx context.Context) error {
 	return nil
 }
 
-func readConfig(ctx context.Context, node CounterNode) (map[string]string, error) {
+func readConfig(ctx context.Context, conn driver.Conn) (map[string]string, error) {
+	node, ok := conn.(driver.Inspector)
+	if !ok {
+		return nil, errors.New("the node's driver cannot read CONFIG or INFO")
+	}
 	got := make(map[string]string, len(durable)+1)
 	for _, s := range durable {
-		m, err := node.ConfigGet(ctx, s.name).Result()
+		m, err := node.ConfigGet(ctx, s.name)
 		if err != nil {
 			return nil, fmt.Errorf("CONFIG GET %s: %w", s.name, err)
 		}
@@ -260,7 +250,7 @@ func readConfig(ctx context.Context, node CounterNode) (map[string]string, error
 		}
 		got[s.name] = v
 	}
-	info, err := node.Info(ctx, "replication").Result()
+	info, err := node.Info(ctx, "replication")
 	if err != nil {
 		return nil, fmt.Errorf("INFO replication: %w", err)
 	}
@@ -297,13 +287,13 @@ func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64
 }
 
 type seedCall struct {
-	node  CounterNode
+	node  driver.Conn
 	key   string
 	floor uint64
 }
 
 func seed(ctx context.Context, a seedCall) (any, error) {
-	return seedScript.Run(ctx, a.node, []string{a.key}, a.floor).Result()
+	return a.node.Eval(ctx, seedScript, []string{a.key}, a.floor)
 }
 
 type answer[T any] struct {

@@ -22,6 +22,8 @@ import (
 	"quorumlock.dev/fence/internal/mintertest"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 func newCounter(t *testing.T, opts ...CounterOption) (*miniredis.Miniredis, *RedisCounter) {
@@ -29,7 +31,7 @@ func newCounter(t *testing.T, opts ...CounterOption) (*miniredis.Miniredis, *Red
 	srv := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = client.Close() })
-	c, err := NewRedisCounter(client, opts...)
+	c, err := NewRedisCounter(goredis.Conn(client), opts...)
 	require.NoError(t, err)
 	return srv, c
 }
@@ -39,7 +41,7 @@ func newCounter(t *testing.T, opts ...CounterOption) (*miniredis.Miniredis, *Red
 func TestMintIncreases(t *testing.T) {
 	for name, client := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewRedisCounter(client)
+			c, err := NewRedisCounter(goredis.Conn(client))
 			require.NoError(t, err)
 			before := nodeMicros(t, client)
 			got := mintN(t, c, "alloc:WH-01", 5)
@@ -79,12 +81,12 @@ func TestNewRedisCounterRejects(t *testing.T) {
 	var typedNil *redis.Client
 	_, err := NewRedisCounter(nil)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = NewRedisCounter(typedNil)
+	_, err = NewRedisCounter(goredis.Conn(typedNil))
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	srv := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
-	_, err = NewRedisCounter(client, WithTimeout(0))
+	_, err = NewRedisCounter(goredis.Conn(client), WithTimeout(0))
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 }
 
@@ -118,7 +120,7 @@ func TestMintHungCounter(t *testing.T) {
 	srv := redistest.Start(t, redisserver.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	t.Cleanup(func() { _ = client.Close() })
-	c, err := NewRedisCounter(client, WithTimeout(100*time.Millisecond))
+	c, err := NewRedisCounter(goredis.Conn(client), WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	v, err := c.Mint(context.Background(), "a:1")
 	require.NoError(t, err)
@@ -148,7 +150,7 @@ func TestMintHungCounterBounded(t *testing.T) {
 	srv := redistest.Start(t, redisserver.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
-	c, err := NewRedisCounter(client, WithTimeout(50*time.Millisecond))
+	c, err := NewRedisCounter(goredis.Conn(client), WithTimeout(50*time.Millisecond))
 	require.NoError(t, err)
 	_, err = c.Mint(context.Background(), "a:1")
 	require.NoError(t, err)
@@ -197,7 +199,7 @@ func TestCheckDurability(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		srv := redistest.Start(t, redisserver.Options{})
 		client := redistest.Client(t, srv.Addr())
-		c, err := NewRedisCounter(client)
+		c, err := NewRedisCounter(goredis.Conn(client))
 		require.NoError(t, err)
 		err = c.CheckDurability(t.Context())
 		require.ErrorIs(t, err, ErrNotDurable)
@@ -215,13 +217,13 @@ func TestCheckDurability(t *testing.T) {
 	durableArgs := []string{"--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"}
 	t.Run("durable", func(t *testing.T) {
 		srv := redistest.Start(t, redisserver.Options{Args: durableArgs})
-		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
+		c, err := NewRedisCounter(goredis.Conn(redistest.Client(t, srv.Addr())))
 		require.NoError(t, err)
 		assert.NoError(t, c.CheckDurability(t.Context()))
 	})
 	t.Run("no-appendfsync-on-rewrite", func(t *testing.T) {
 		srv := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{"--no-appendfsync-on-rewrite", "yes"})})
-		c, err := NewRedisCounter(redistest.Client(t, srv.Addr()))
+		c, err := NewRedisCounter(goredis.Conn(redistest.Client(t, srv.Addr())))
 		require.NoError(t, err)
 		err = c.CheckDurability(t.Context())
 		require.ErrorIs(t, err, ErrNotDurable)
@@ -231,7 +233,7 @@ func TestCheckDurability(t *testing.T) {
 		primary := redistest.Start(t, redisserver.Options{Args: durableArgs})
 		replica := redistest.Start(t, redisserver.Options{Args: slices.Concat(durableArgs, []string{
 			"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())})})
-		c, err := NewRedisCounter(redistest.Client(t, replica.Addr()))
+		c, err := NewRedisCounter(goredis.Conn(redistest.Client(t, replica.Addr())))
 		require.NoError(t, err)
 		err = c.CheckDurability(t.Context())
 		require.ErrorIs(t, err, ErrNotDurable)
@@ -239,7 +241,7 @@ func TestCheckDurability(t *testing.T) {
 		assert.NotContains(t, err.Error(), "appendonly", "only the role is wrong")
 		assert.NotContains(t, err.Error(), "\n")
 
-		onPrimary, err := NewRedisCounter(redistest.Client(t, primary.Addr()))
+		onPrimary, err := NewRedisCounter(goredis.Conn(redistest.Client(t, primary.Addr())))
 		require.NoError(t, err)
 		assert.NoError(t, onPrimary.CheckDurability(t.Context()), "a primary with replicas is durable")
 	})
@@ -257,7 +259,7 @@ func TestSeedAndDurabilityBounded(t *testing.T) {
 	srv := redistest.Start(t, redisserver.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	t.Cleanup(func() { _ = client.Close() })
-	c, err := NewRedisCounter(client, WithTimeout(100*time.Millisecond))
+	c, err := NewRedisCounter(goredis.Conn(client), WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	require.NoError(t, srv.Pause())
 	t.Cleanup(func() { _ = srv.Resume() })
@@ -312,9 +314,9 @@ func TestMintRegressed(t *testing.T) {
 func TestMintSharedCounter(t *testing.T) {
 	srv := miniredis.RunT(t)
 	client := redistest.Client(t, srv.Addr())
-	a, err := NewRedisCounter(client)
+	a, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(t, err)
-	b, err := NewRedisCounter(client)
+	b, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(t, err)
 	ctx := t.Context()
 	var last uint64
@@ -365,7 +367,7 @@ func TestSeed(t *testing.T) {
 	}
 	for name, client := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewRedisCounter(client)
+			c, err := NewRedisCounter(goredis.Conn(client))
 			require.NoError(t, err)
 			ctx := t.Context()
 			for _, tc := range cases {
@@ -428,7 +430,7 @@ var mintSink uint64
 func BenchmarkMint(b *testing.B) {
 	srv := redistest.Start(b, redisserver.Options{})
 	client := redistest.Client(b, srv.Addr())
-	c, err := NewRedisCounter(client)
+	c, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(b, err)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -470,9 +472,9 @@ func TestMintTwoProcessesAfterLoss(t *testing.T) {
 		t.Run(loss, func(t *testing.T) {
 			srv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "no", "--save", ""}})
 			client := redistest.Client(t, srv.Addr())
-			a, err := NewRedisCounter(client)
+			a, err := NewRedisCounter(goredis.Conn(client))
 			require.NoError(t, err)
-			b, err := NewRedisCounter(client)
+			b, err := NewRedisCounter(goredis.Conn(client))
 			require.NoError(t, err)
 			const resource = "alloc:WH-01"
 			issued := append(mintN(t, b, resource, 4), mintN(t, a, resource, 1)...)
@@ -512,7 +514,7 @@ func TestMintTwoProcessesAfterLoss(t *testing.T) {
 func TestMintNotACounter(t *testing.T) {
 	for name, client := range backends(t) {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewRedisCounter(client)
+			c, err := NewRedisCounter(goredis.Conn(client))
 			require.NoError(t, err)
 			ctx := t.Context()
 			for _, stored := range []string{"abc", "-5", "1.5", "99999999999999999999"} {
@@ -537,7 +539,7 @@ func TestNewRedisCounterRefusesRing(t *testing.T) {
 	srv := miniredis.RunT(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
-	c, err := NewRedisCounter(ring)
+	c, err := NewRedisCounter(goredis.Conn(ring))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Nil(t, c)
 	assert.Contains(t, err.Error(), "Ring")
@@ -554,9 +556,9 @@ func TestMintRegressedNeverReissues(t *testing.T) {
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	srv.SetTime(start)
 	client := redistest.Client(t, srv.Addr())
-	a, err := NewRedisCounter(client)
+	a, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(t, err)
-	b, err := NewRedisCounter(client)
+	b, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(t, err)
 	ctx := t.Context()
 	const resource = "alloc:WH-01"
@@ -576,7 +578,7 @@ func TestMintRegressedNeverReissues(t *testing.T) {
 	_, err = a.Mint(ctx, resource)
 	require.ErrorIs(t, err, ErrCounterRegressed)
 
-	fresh, err := NewRedisCounter(client)
+	fresh, err := NewRedisCounter(goredis.Conn(client))
 	require.NoError(t, err)
 	assert.Equal(t, issued, mintN(t, fresh, resource, len(issued)), "a process that had minted nothing reissues fences")
 	mintN(t, fresh, resource, 10) // the node is past every fence issued now

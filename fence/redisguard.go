@@ -7,27 +7,17 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/nilcheck"
 )
 
 var (
 	//go:embed scripts/guardset.lua
 	guardSetLua    string
-	guardSetScript = redis.NewScript(guardSetLua)
-)
+	guardSetScript = driver.NewScript(guardSetLua)
 
-// HashGetter is the part of a Redis client that [RedisGuard.Get] needs.
-// *redis.Client, *redis.Ring and *redis.ClusterClient satisfy it.
-type HashGetter interface {
-	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
-}
-
-var (
-	_ HashGetter = (*redis.Client)(nil)
-	_ HashGetter = (*redis.Ring)(nil)
-	_ HashGetter = (*redis.ClusterClient)(nil)
+	// HGETALL through a script: the driver seam runs scripts, not commands.
+	hashGetScript = driver.NewScript("return redis.call('HGETALL', KEYS[1])")
 )
 
 // RedisGuard stores values in Redis only for writers whose fence is not
@@ -50,7 +40,7 @@ type RedisGuard struct {
 // [ErrFenceRejected], is counted in [Rejected] and is told to OnReject; bad
 // input gives [ErrInvalidArgument]. Edge cases (expiry, foreign keys):
 // docs/fencing.md.
-func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value string, fence uint64, ttl time.Duration) error {
+func (g RedisGuard) Set(ctx context.Context, node driver.Conn, key, value string, fence uint64, ttl time.Duration) error {
 	switch {
 	case nilcheck.Is(node):
 		return fmt.Errorf("%w: nil node", ErrInvalidArgument)
@@ -83,7 +73,7 @@ func (g RedisGuard) Set(ctx context.Context, node redis.Scripter, key, value str
 }
 
 type guardSetCall struct {
-	node        redis.Scripter
+	node        driver.Conn
 	key, value  string
 	fence       uint64
 	ttlMs       int64
@@ -91,7 +81,7 @@ type guardSetCall struct {
 }
 
 func guardSet(ctx context.Context, a guardSetCall) (any, error) {
-	return guardSetScript.Run(ctx, a.node, []string{a.key}, a.value, a.fence, a.ttlMs, a.admitsEqual).Result()
+	return a.node.Eval(ctx, guardSetScript, []string{a.key}, a.value, a.fence, a.ttlMs, int64(a.admitsEqual))
 }
 
 // Get returns the value stored at key and the fence it was stored with.
@@ -100,7 +90,7 @@ func guardSet(ctx context.Context, a guardSetCall) (any, error) {
 // and a caller that writes next needs no special case. A key that holds
 // another type, or a hash that is not a guarded value, gives an error. Get
 // waits at most until ctx ends.
-func (g RedisGuard) Get(ctx context.Context, node HashGetter, key string) (value string, fence uint64, err error) {
+func (g RedisGuard) Get(ctx context.Context, node driver.Conn, key string) (value string, fence uint64, err error) {
 	if nilcheck.Is(node) {
 		return "", 0, fmt.Errorf("%w: nil node", ErrInvalidArgument)
 	}
@@ -126,10 +116,27 @@ func (g RedisGuard) Get(ctx context.Context, node HashGetter, key string) (value
 }
 
 type hashGetCall struct {
-	node HashGetter
+	node driver.Conn
 	key  string
 }
 
 func hashGet(ctx context.Context, a hashGetCall) (map[string]string, error) {
-	return a.node.HGetAll(ctx, a.key).Result()
+	v, err := a.node.Eval(ctx, hashGetScript, []string{a.key})
+	if err != nil {
+		return nil, err
+	}
+	flat, ok := v.([]any)
+	if !ok || len(flat)%2 != 0 {
+		return nil, fmt.Errorf("unexpected reply %v (%T)", v, v)
+	}
+	fields := make(map[string]string, len(flat)/2)
+	for i := 0; i < len(flat); i += 2 {
+		k, kok := flat[i].(string)
+		f, fok := flat[i+1].(string)
+		if !kok || !fok {
+			return nil, fmt.Errorf("unexpected reply %v", flat)
+		}
+		fields[k] = f
+	}
+	return fields, nil
 }

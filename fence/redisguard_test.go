@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // TestRedisGuardSet runs the fenced write on miniredis and on a real server,
@@ -26,18 +28,18 @@ func TestRedisGuardSet(t *testing.T) {
 			var told atomic.Int64
 			g := RedisGuard{OnReject: func() { told.Add(1) }}
 			key := "guard:set"
-			require.NoError(t, g.Set(ctx, client, key, "from 41", 41, 0))
-			require.NoError(t, g.Set(ctx, client, key, "from 42", 42, 0))
+			require.NoError(t, g.Set(ctx, goredis.Conn(client), key, "from 41", 41, 0))
+			require.NoError(t, g.Set(ctx, goredis.Conn(client), key, "from 42", 42, 0))
 			assert.Zero(t, told.Load(), "OnReject on an admitted write")
 
 			before := Rejected()
-			err := g.Set(ctx, client, key, "stale 41", 41, 0)
+			err := g.Set(ctx, goredis.Conn(client), key, "stale 41", 41, 0)
 			require.ErrorIs(t, err, ErrFenceRejected)
 			assert.Equal(t, before+1, Rejected(), "one refusal, counted once")
 			assert.Equal(t, int64(1), told.Load(), "one refusal, told to OnReject once")
 			assert.Contains(t, err.Error(), "holds fence 42, offered 41")
 
-			v, f, err := g.Get(ctx, client, key)
+			v, f, err := g.Get(ctx, goredis.Conn(client), key)
 			require.NoError(t, err)
 			assert.Equal(t, "from 42", v, "a refused write leaves the value")
 			assert.Equal(t, uint64(42), f)
@@ -74,9 +76,9 @@ func TestRedisGuardComparison(t *testing.T) {
 			for i, tc := range cases {
 				g := RedisGuard{Compare: tc.compare}
 				key := fmt.Sprintf("guard:compare:%d", i)
-				require.NoError(t, g.Set(ctx, client, key, "old", tc.stored, 0))
-				err := g.Set(ctx, client, key, "new", tc.fence, 0)
-				v, f, gerr := g.Get(ctx, client, key)
+				require.NoError(t, g.Set(ctx, goredis.Conn(client), key, "old", tc.stored, 0))
+				err := g.Set(ctx, goredis.Conn(client), key, "new", tc.fence, 0)
+				v, f, gerr := g.Get(ctx, goredis.Conn(client), key)
 				require.NoError(t, gerr)
 				if tc.admitted {
 					assert.NoError(t, err, "case %d", i)
@@ -98,13 +100,13 @@ func TestRedisGuardTTL(t *testing.T) {
 			ctx := t.Context()
 			var g RedisGuard
 			key := "guard:ttl"
-			require.NoError(t, g.Set(ctx, client, key, "a", 1, 10*time.Second))
+			require.NoError(t, g.Set(ctx, goredis.Conn(client), key, "a", 1, 10*time.Second))
 			ttl, err := client.PTTL(ctx, key).Result()
 			require.NoError(t, err)
 			assert.Greater(t, ttl, 9*time.Second)
 			assert.LessOrEqual(t, ttl, 10*time.Second)
 
-			require.NoError(t, g.Set(ctx, client, key, "b", 2, 0))
+			require.NoError(t, g.Set(ctx, goredis.Conn(client), key, "b", 2, 0))
 			ttl, err = client.PTTL(ctx, key).Result()
 			require.NoError(t, err)
 			assert.Equal(t, time.Duration(-1), ttl, "ttl 0 removes an earlier expiry")
@@ -121,13 +123,13 @@ func TestRedisGuardExpiryForgetsFence(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := t.Context()
 	var g RedisGuard
-	require.NoError(t, g.Set(ctx, client, "guard:exp", "new", 42, time.Second))
+	require.NoError(t, g.Set(ctx, goredis.Conn(client), "guard:exp", "new", 42, time.Second))
 	srv.FastForward(2 * time.Second)
-	v, f, err := g.Get(ctx, client, "guard:exp")
+	v, f, err := g.Get(ctx, goredis.Conn(client), "guard:exp")
 	require.NoError(t, err)
 	assert.Equal(t, "", v)
 	assert.Zero(t, f)
-	assert.NoError(t, g.Set(ctx, client, "guard:exp", "stale", 41, 0))
+	assert.NoError(t, g.Set(ctx, goredis.Conn(client), "guard:exp", "stale", 41, 0))
 }
 
 func TestRedisGuardForeignKeys(t *testing.T) {
@@ -136,25 +138,25 @@ func TestRedisGuardForeignKeys(t *testing.T) {
 			ctx := t.Context()
 			var g RedisGuard
 			require.NoError(t, client.Set(ctx, "guard:string", "plain", 0).Err())
-			err := g.Set(ctx, client, "guard:string", "v", 1, 0)
+			err := g.Set(ctx, goredis.Conn(client), "guard:string", "v", 1, 0)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "WRONGTYPE")
 			assert.NotErrorIs(t, err, ErrFenceRejected)
-			_, _, err = g.Get(ctx, client, "guard:string")
+			_, _, err = g.Get(ctx, goredis.Conn(client), "guard:string")
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "WRONGTYPE")
 
 			require.NoError(t, client.HSet(ctx, "guard:hash", "name", "x").Err())
-			err = g.Set(ctx, client, "guard:hash", "v", 1, 0)
+			err = g.Set(ctx, goredis.Conn(client), "guard:hash", "v", 1, 0)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "without a fence")
-			_, _, err = g.Get(ctx, client, "guard:hash")
+			_, _, err = g.Get(ctx, goredis.Conn(client), "guard:hash")
 			assert.ErrorContains(t, err, "not a guarded value")
 
 			require.NoError(t, client.HSet(ctx, "guard:badfence", "v", "x", "f", "soon").Err())
-			err = g.Set(ctx, client, "guard:badfence", "v", 1, 0)
+			err = g.Set(ctx, goredis.Conn(client), "guard:badfence", "v", 1, 0)
 			assert.ErrorContains(t, err, "no valid fence")
-			_, _, err = g.Get(ctx, client, "guard:badfence")
+			_, _, err = g.Get(ctx, goredis.Conn(client), "guard:badfence")
 			assert.ErrorContains(t, err, "not a positive integer")
 		})
 	}
@@ -165,13 +167,13 @@ func TestRedisGuardGetMissing(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = client.Close() })
 	var g RedisGuard
-	v, f, err := g.Get(t.Context(), client, "guard:none")
+	v, f, err := g.Get(t.Context(), goredis.Conn(client), "guard:none")
 	require.NoError(t, err)
 	assert.Equal(t, "", v)
 	assert.Zero(t, f)
 
-	require.NoError(t, g.Set(t.Context(), client, "guard:empty", "", 3, 0))
-	v, f, err = g.Get(t.Context(), client, "guard:empty")
+	require.NoError(t, g.Set(t.Context(), goredis.Conn(client), "guard:empty", "", 3, 0))
+	v, f, err = g.Get(t.Context(), goredis.Conn(client), "guard:empty")
 	require.NoError(t, err)
 	assert.Equal(t, "", v)
 	assert.Equal(t, uint64(3), f, "an empty value is told apart by its fence")
@@ -184,14 +186,14 @@ func TestRedisGuardRejectsArguments(t *testing.T) {
 	ctx := t.Context()
 	var typedNil *redis.Client
 	cases := map[string]func() error{
-		"fence 0":        func() error { return RedisGuard{}.Set(ctx, client, "k", "v", 0, 0) },
-		"negative ttl":   func() error { return RedisGuard{}.Set(ctx, client, "k", "v", 1, -time.Second) },
-		"sub-ms ttl":     func() error { return RedisGuard{}.Set(ctx, client, "k", "v", 1, time.Microsecond) },
-		"empty key":      func() error { return RedisGuard{}.Set(ctx, client, "", "v", 1, 0) },
+		"fence 0":        func() error { return RedisGuard{}.Set(ctx, goredis.Conn(client), "k", "v", 0, 0) },
+		"negative ttl":   func() error { return RedisGuard{}.Set(ctx, goredis.Conn(client), "k", "v", 1, -time.Second) },
+		"sub-ms ttl":     func() error { return RedisGuard{}.Set(ctx, goredis.Conn(client), "k", "v", 1, time.Microsecond) },
+		"empty key":      func() error { return RedisGuard{}.Set(ctx, goredis.Conn(client), "", "v", 1, 0) },
 		"nil node":       func() error { return RedisGuard{}.Set(ctx, nil, "k", "v", 1, 0) },
-		"typed nil node": func() error { return RedisGuard{}.Set(ctx, typedNil, "k", "v", 1, 0) },
-		"bad comparison": func() error { return RedisGuard{Compare: 7}.Set(ctx, client, "k", "v", 1, 0) },
-		"get typed nil":  func() error { _, _, err := RedisGuard{}.Get(ctx, typedNil, "k"); return err },
+		"typed nil node": func() error { return RedisGuard{}.Set(ctx, goredis.Conn(typedNil), "k", "v", 1, 0) },
+		"bad comparison": func() error { return RedisGuard{Compare: 7}.Set(ctx, goredis.Conn(client), "k", "v", 1, 0) },
+		"get typed nil":  func() error { _, _, err := RedisGuard{}.Get(ctx, goredis.Conn(typedNil), "k"); return err },
 	}
 	for name, call := range cases {
 		assert.ErrorIs(t, call(), ErrInvalidArgument, name)
@@ -206,8 +208,8 @@ func TestRedisGuardContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	var g RedisGuard
-	assert.ErrorIs(t, g.Set(ctx, client, "k", "v", 1, 0), context.Canceled)
-	_, _, err := g.Get(ctx, client, "k")
+	assert.ErrorIs(t, g.Set(ctx, goredis.Conn(client), "k", "v", 1, 0), context.Canceled)
+	_, _, err := g.Get(ctx, goredis.Conn(client), "k")
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -232,7 +234,7 @@ func TestRedisGuardConcurrentWriters(t *testing.T) {
 						mu.Lock()
 						highest = max(highest, fence)
 						mu.Unlock()
-						err := g.Set(ctx, client, key, strconv.FormatUint(fence, 10), fence, 0)
+						err := g.Set(ctx, goredis.Conn(client), key, strconv.FormatUint(fence, 10), fence, 0)
 						if err != nil && !assert.ErrorIs(t, err, ErrFenceRejected) {
 							return
 						}
@@ -240,7 +242,7 @@ func TestRedisGuardConcurrentWriters(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			v, f, err := RedisGuard{}.Get(ctx, client, key)
+			v, f, err := RedisGuard{}.Get(ctx, goredis.Conn(client), key)
 			require.NoError(t, err)
 			assert.Equal(t, highest, f)
 			assert.Equal(t, strconv.FormatUint(highest, 10), v)

@@ -13,6 +13,8 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // Benchmarks on real redis-server processes started on loopback ports.
@@ -28,7 +30,7 @@ var (
 func benchMasters(b *testing.B, servers []*redisserver.Server, n int) []Master {
 	masters := make([]Master, n)
 	for i := range n {
-		masters[i] = redistest.Client(b, servers[i].Addr())
+		masters[i] = goredis.Conn(redistest.Client(b, servers[i].Addr()))
 	}
 	return masters
 }
@@ -130,6 +132,9 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 // go-redis. SET NX PX on every master in parallel, return at a majority;
 // release with the compare-and-delete script on every master, waiting for
 // all. No validity, no cleanup of late SETs, no error detail.
+// rawRelease is release.lua for the raw loop's plain go-redis clients.
+var rawRelease = redis.NewScript(releaseLua)
+
 func rawCycle(b *testing.B, servers []*redisserver.Server) {
 	n := len(servers)
 	clients := make([]*redis.Client, n)
@@ -168,7 +173,7 @@ func rawCycle(b *testing.B, servers []*redisserver.Server) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				releaseScript.Run(ctx, c, keys, token)
+				rawRelease.Run(ctx, c, keys, token)
 			}()
 		}
 		wg.Wait()

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -111,15 +110,11 @@ func TestRoundDeadlineStillCounts(t *testing.T) {
 // stallUntilDone is a master whose SET waits until its context ends and
 // then fails with the context's error, as go-redis does while it waits for
 // a connection.
-type stallUntilDone struct{ Master }
+type stallUntilDone struct{ full }
 
-func (m stallUntilDone) Process(ctx context.Context, cmd redis.Cmder) error {
-	if cmd.Name() != "set" {
-		return m.Master.Process(ctx, cmd)
-	}
+func (m stallUntilDone) SetNX(ctx context.Context, _, _ string, _ time.Duration) (bool, error) {
 	<-ctx.Done()
-	cmd.SetErr(ctx.Err())
-	return ctx.Err()
+	return false, ctx.Err()
 }
 
 // TestCallerCancelNoVote: a call that the caller's cancellation ended is not
@@ -130,7 +125,7 @@ func TestCallerCancelNoVote(t *testing.T) {
 	for _, cancelled := range []bool{true, false} {
 		t.Run(map[bool]string{true: "caller cancelled", false: "round deadline"}[cancelled], func(t *testing.T) {
 			_, masters := miniMasters(t, 3)
-			masters[2] = stallUntilDone{masters[2]}
+			masters[2] = stallUntilDone{masters[2].(full)}
 			obs := newLockLog()
 			c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(time.Second))
 			ctx, cancel := context.WithCancel(context.Background())

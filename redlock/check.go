@@ -2,14 +2,13 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 )
 
 // Status is the verdict on one setting, from best to worst except for
@@ -104,8 +103,8 @@ func (n NodeReport) label() string {
 }
 
 // Check reads each master's and the fence counter's settings (INFO, and
-// CONFIG GET for what INFO does not show) and the go-redis options of
-// their clients, all nodes at once, each call bounded by the node timeout.
+// CONFIG GET for what INFO does not show) and the settings their drivers
+// report of their clients, all nodes at once, each call bounded by the node timeout.
 // A setting that cannot be read (CONFIG disabled, a node down) is
 // [Unknown], not an error: the error is only ctx's. Check never changes
 // a setting. See docs/operations.md, "Checking masters".
@@ -118,13 +117,17 @@ func (c *Client) Check(ctx context.Context) (Report, error) {
 	var wg sync.WaitGroup
 	for i, m := range c.masters {
 		wg.Go(func() {
-			rep.Masters[i] = c.checkNode(ctx, fmt.Sprintf("master %d", i), optionsOf(m).addr, m, masterRules)
+			rep.Masters[i] = c.checkNode(ctx, fmt.Sprintf("master %d", i), m, masterRules)
+			if _, ok := m.(driver.Subscriber); !ok {
+				rep.Masters[i].Findings = append(rep.Masters[i].Findings, Finding{Setting: "push wake-up", Source: "client", Value: "no", Status: Warning,
+					Why: "its driver cannot subscribe: Locks waiting on this master poll at the retry delay"})
+			}
 		})
 	}
 	if on, ok := c.cfg.minter.(NodeMinter); ok {
 		node := on.Node()
 		wg.Go(func() {
-			r := c.checkNode(ctx, "fence counter", optionsOf(node).addr, node, counterRules)
+			r := c.checkNode(ctx, "fence counter", node, counterRules)
 			fence = &r
 		})
 	}
@@ -134,15 +137,23 @@ func (c *Client) Check(ctx context.Context) (Report, error) {
 }
 
 // checkNode reads one node's settings, then judges them by rules.
-func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rules func(settings) []Finding) NodeReport {
+func (c *Client) checkNode(ctx context.Context, name string, node driver.Conn, rules func(settings) []Finding) NodeReport {
+	d := describe(node)
 	s := settings{}
-	run := func(cmd redis.Cmder) error {
-		return c.within(ctx, func(ctx context.Context) error { return process(ctx, node, cmd) })
-	}
-	info := redis.NewStringCmd(ctx, "info")
+	insp, ok := node.(driver.Inspector)
 	var reach []Finding
-	if err := run(info); err == nil {
-		for line := range strings.Lines(info.Val()) {
+	if !ok {
+		reach = []Finding{{Setting: "settings", Source: "client", Status: Unknown,
+			Why: "its driver cannot read INFO or CONFIG: the server's settings are unknown"}}
+		return NodeReport{Node: name, Addr: label(d), Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
+	}
+	var info string
+	err := c.within(ctx, func(ctx context.Context) (err error) {
+		info, err = insp.Info(ctx, "")
+		return err
+	})
+	if err == nil {
+		for line := range strings.Lines(info) {
 			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
 				s[k] = v
 			}
@@ -157,9 +168,12 @@ func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rul
 	down := false
 	for _, p := range []string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite", "save"} {
 		if !down {
-			cmd := redis.NewMapStringStringCmd(ctx, "config", "get", p)
-			err := run(cmd)
-			if v, ok := cmd.Val()[p]; err == nil && ok {
+			var got map[string]string
+			err := c.within(ctx, func(ctx context.Context) (err error) {
+				got, err = insp.ConfigGet(ctx, p)
+				return err
+			})
+			if v, ok := got[p]; err == nil && ok {
 				s[p] = v
 				continue
 			}
@@ -173,7 +187,7 @@ func (c *Client) checkNode(ctx context.Context, name, addr string, node any, rul
 			s[p] = v
 		}
 	}
-	return NodeReport{Node: name, Addr: addr, Findings: append(append(reach, rules(s)...), clientFindings(node)...)}
+	return NodeReport{Node: name, Addr: label(d), Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
 }
 
 // unreachable reports an error that means the node could not be asked at
@@ -195,35 +209,6 @@ func (n NodeReport) Reachable() bool {
 		}
 	}
 	return true
-}
-
-// process sends cmd through whichever method node has: a [Master]'s
-// Process, or a fence counter node's own commands.
-func process(ctx context.Context, node any, cmd redis.Cmder) error {
-	if m, ok := node.(interface {
-		Process(context.Context, redis.Cmder) error
-	}); ok {
-		return m.Process(ctx, cmd)
-	}
-	n, ok := node.(interface {
-		Info(context.Context, ...string) *redis.StringCmd
-		ConfigGet(context.Context, string) *redis.MapStringStringCmd
-	})
-	if !ok {
-		return errors.New("redlock: this node cannot be asked for its settings")
-	}
-	args := cmd.Args()
-	switch dst := cmd.(type) {
-	case *redis.StringCmd:
-		r := n.Info(ctx)
-		dst.SetVal(r.Val())
-		return r.Err()
-	case *redis.MapStringStringCmd:
-		r := n.ConfigGet(ctx, args[2].(string))
-		dst.SetVal(r.Val())
-		return r.Err()
-	}
-	return errors.New("redlock: unexpected command")
 }
 
 // within runs call bounded by the node timeout, on a goroutine of its own:
@@ -342,37 +327,18 @@ func counterRules(s settings) []Finding {
 	}
 }
 
-// clientFindings judge the go-redis options of node's client, when it is
-// a *redis.Client (also from NewFailoverClient) or a *redis.ClusterClient.
-func clientFindings(node any) []Finding {
-	var ctxTimeout bool
-	var pool, retries int
-	var read time.Duration
-	switch c := node.(type) {
-	case interface{ Options() *redis.Options }:
-		o := c.Options()
-		ctxTimeout, pool, retries, read = o.ContextTimeoutEnabled, o.PoolSize, o.MaxRetries, o.ReadTimeout
-	case interface{ Options() *redis.ClusterOptions }:
-		o := c.Options()
-		ctxTimeout, pool, retries, read = o.ContextTimeoutEnabled, o.PoolSize, o.MaxRetries, o.ReadTimeout
-	default:
-		return []Finding{{Setting: "options", Source: "client", Status: Unknown, Why: "not a *redis.Client or *redis.ClusterClient"}}
+// clientFindings are the settings of a node's client that its driver
+// reports.
+func clientFindings(d driver.Description) []Finding {
+	if d.Settings == nil {
+		return []Finding{{Setting: "options", Source: "client", Status: Unknown, Why: "its driver reports no client settings"}}
 	}
-	f := []Finding{
-		{Setting: "ContextTimeoutEnabled", Source: "client", Value: strconv.FormatBool(ctxTimeout), Status: OK,
-			Why: "calls given up at the node timeout free their connection at once"},
-		{Setting: "PoolSize", Source: "client", Value: strconv.Itoa(pool), Status: OK,
-			Why: "at most this many connections wait on a master that hangs"},
-		{Setting: "MaxRetries", Source: "client", Value: strconv.Itoa(retries), Status: OK,
-			Why: "a failed command is not sent again: a failure costs no more than one try"},
-	}
-	if !ctxTimeout {
-		f[0].Status = Warning
-		f[0].Why = fmt.Sprintf("a call given up at the node timeout holds its connection until ReadTimeout (%v): a hung master can tie up the whole pool", read)
-	}
-	if retries > 0 {
-		f[2].Status = Warning
-		f[2].Why = "a failed command is sent again within the node timeout, so one slow master spends it all and a failure cannot be told from a command never sent"
+	f := make([]Finding, len(d.Settings))
+	for i, st := range d.Settings {
+		f[i] = Finding{Setting: st.Name, Source: "client", Value: st.Value, Status: OK, Why: st.Why}
+		if st.Warn {
+			f[i].Status = Warning
+		}
 	}
 	return f
 }

@@ -15,6 +15,8 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // checkTimeout is the node timeout of these tests: generous, since they run
@@ -59,7 +61,7 @@ func value(n NodeReport, setting string) string {
 func TestCheckDefaultServer(t *testing.T) {
 	t.Parallel()
 	s, m := startMaster(t) // redisserver's defaults: no persistence
-	rep := checkOf(t, []Master{m})
+	rep := checkOf(t, conns(m))
 	n := rep.Masters[0]
 	assert.Equal(t, "master 0", n.Node)
 	assert.Equal(t, s.Addr(), n.Addr)
@@ -83,7 +85,7 @@ func TestCheckEvictionIsAProblem(t *testing.T) {
 			t.Parallel()
 			_, good := startMaster(t)
 			_, bad := startMaster(t, "--maxmemory-policy", policy)
-			rep := checkOf(t, []Master{good, bad})
+			rep := checkOf(t, conns(good, bad))
 			assert.Equal(t, OK, statuses(rep.Masters[0])["maxmemory-policy"])
 			assert.Equal(t, Problem, statuses(rep.Masters[1])["maxmemory-policy"])
 			assert.Equal(t, policy, value(rep.Masters[1], "maxmemory-policy"))
@@ -101,7 +103,7 @@ func TestCheckPersistence(t *testing.T) {
 	_, always := startMaster(t, "--appendonly", "yes", "--appendfsync", "always")
 	_, everysec := startMaster(t, "--appendonly", "yes", "--appendfsync", "everysec")
 	_, snap := startMaster(t, "--save", "60 1")
-	rep := checkOf(t, []Master{always, everysec, snap})
+	rep := checkOf(t, conns(always, everysec, snap))
 	assert.Equal(t, OK, statuses(rep.Masters[0])["appendonly"])
 	assert.Equal(t, OK, statuses(rep.Masters[0])["appendfsync"])
 	assert.Equal(t, OK, statuses(rep.Masters[0])["save"])
@@ -118,7 +120,7 @@ func TestCheckConfigDisabled(t *testing.T) {
 	t.Parallel()
 	_, m := startMaster(t, "--rename-command", "CONFIG", "", "--maxmemory-policy", "allkeys-lru")
 	require.Error(t, m.ConfigGet(t.Context(), "save").Err(), "CONFIG is disabled")
-	rep := checkOf(t, []Master{m})
+	rep := checkOf(t, conns(m))
 	st := statuses(rep.Masters[0])
 	assert.Equal(t, Unknown, st["appendfsync"])
 	assert.Equal(t, Unknown, st["save"])
@@ -132,7 +134,7 @@ func TestCheckReplicaIsAProblem(t *testing.T) {
 	t.Parallel()
 	primary, _ := startMaster(t)
 	_, replica := startMaster(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
-	rep := checkOf(t, []Master{replica})
+	rep := checkOf(t, conns(replica))
 	assert.Equal(t, Problem, statuses(rep.Masters[0])["role"])
 	assert.Equal(t, "slave", value(rep.Masters[0], "role"))
 	require.ErrorIs(t, rep.Err(), ErrUnsafeConfig)
@@ -149,7 +151,7 @@ func TestCheckUnreachable(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	_, up := startMaster(t)
-	rep := checkOf(t, []Master{up, newClient(t, addr)})
+	rep := checkOf(t, conns(up, newClient(t, addr)))
 	for setting, st := range statuses(rep.Masters[1]) {
 		switch setting {
 		case "ContextTimeoutEnabled", "PoolSize", "MaxRetries":
@@ -179,9 +181,9 @@ func TestCheckFenceCounter(t *testing.T) {
 		{"durable", durable, OK},
 		{"everysec", weak, Problem},
 	} {
-		counter, err := fence.NewRedisCounter(tc.node)
+		counter, err := fence.NewRedisCounter(goredis.Conn(tc.node))
 		require.NoError(t, err)
-		rep := checkOf(t, []Master{m}, WithFence(counter))
+		rep := checkOf(t, conns(m), WithFence(counter))
 		require.NotNil(t, rep.Fence, tc.name)
 		assert.Equal(t, "fence counter", rep.Fence.Node)
 		st := statuses(*rep.Fence)
@@ -200,7 +202,7 @@ func TestCheckFenceCounter(t *testing.T) {
 func TestCheckContext(t *testing.T) {
 	t.Parallel()
 	_, m := startMaster(t)
-	c := newTestClient(t, []Master{m})
+	c := newTestClient(t, conns(m))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := c.Check(ctx)
@@ -214,17 +216,17 @@ func TestStrictCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	lax := newTestClient(t, []Master{good, bad}, WithNodeTimeout(checkTimeout))
+	lax := newTestClient(t, conns(good, bad), WithNodeTimeout(checkTimeout))
 	assert.NoError(t, lax.admit(ctx), "without WithStrictCheck nothing is checked")
 
-	strict := newTestClient(t, []Master{good, bad}, WithNodeTimeout(checkTimeout), WithStrictCheck())
+	strict := newTestClient(t, conns(good, bad), WithNodeTimeout(checkTimeout), WithStrictCheck())
 	err := strict.admit(ctx)
 	require.ErrorIs(t, err, ErrUnsafeConfig)
 	assert.Contains(t, err.Error(), "volatile-lru")
 	assert.True(t, strict.cfg.gate.done, "every node answered: the outcome is kept")
 	require.ErrorIs(t, strict.admit(ctx), ErrUnsafeConfig, "and given again")
 
-	fine := newTestClient(t, []Master{good}, WithNodeTimeout(checkTimeout), WithStrictCheck())
+	fine := newTestClient(t, conns(good), WithNodeTimeout(checkTimeout), WithStrictCheck())
 	assert.NoError(t, fine.admit(ctx))
 
 	// Every acquisition passes the gate.
@@ -238,8 +240,8 @@ func TestStrictCheck(t *testing.T) {
 
 	// One Option value shared by two clients must not share their outcome.
 	opt := WithStrictCheck()
-	a := newTestClient(t, []Master{bad}, WithNodeTimeout(checkTimeout), opt)
-	b := newTestClient(t, []Master{good}, WithNodeTimeout(checkTimeout), opt)
+	a := newTestClient(t, conns(bad), WithNodeTimeout(checkTimeout), opt)
+	b := newTestClient(t, conns(good), WithNodeTimeout(checkTimeout), opt)
 	require.ErrorIs(t, a.admit(ctx), ErrUnsafeConfig)
 	assert.NoError(t, b.admit(ctx))
 }

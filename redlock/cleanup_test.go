@@ -12,36 +12,30 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
 )
 
 // lateMaster delays the acquiring SET before it reaches the server, ignoring
 // the caller's context as go-redis does by default, and records when the
 // SET returned and when the first script (the release) was sent.
 type lateMaster struct {
-	*redis.Client
+	full
 	delay       time.Duration
 	setReturned atomic.Int64 // unix ns
 	releaseSent atomic.Int64
 }
 
-func (m *lateMaster) Process(ctx context.Context, cmd redis.Cmder) error {
-	if cmd.Name() != "set" {
-		return m.Client.Process(ctx, cmd)
-	}
+func (m *lateMaster) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	time.Sleep(m.delay)
-	err := m.Client.Process(context.WithoutCancel(ctx), cmd)
+	set, err := m.full.SetNX(context.WithoutCancel(ctx), key, value, ttl)
 	m.setReturned.Store(time.Now().UnixNano())
-	return err
+	return set, err
 }
 
-func (m *lateMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (m *lateMaster) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	m.releaseSent.CompareAndSwap(0, time.Now().UnixNano())
-	return m.Client.EvalSha(ctx, sha, keys, args...)
-}
-
-func (m *lateMaster) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	m.releaseSent.CompareAndSwap(0, time.Now().UnixNano())
-	return m.Client.Eval(ctx, script, keys, args...)
+	return m.full.Eval(ctx, s, keys, args...)
 }
 
 // TestCleanupWaitsForInFlightSet: a lost attempt releases a master whose
@@ -57,13 +51,13 @@ func TestCleanupWaitsForInFlightSet(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			servers, masters := miniMasters(t, 3)
 			res := resourceName(t)
-			late := &lateMaster{Client: masters[2].(*redis.Client), delay: 300 * time.Millisecond}
+			late := &lateMaster{full: masters[2].(full), delay: 300 * time.Millisecond}
 			masters[2] = late
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if cancelled {
 				// Two late masters, so only the cancellation can end the attempt.
-				masters[1] = &lateMaster{Client: masters[1].(*redis.Client), delay: 300 * time.Millisecond}
+				masters[1] = &lateMaster{full: masters[1].(full), delay: 300 * time.Millisecond}
 				time.AfterFunc(20*time.Millisecond, cancel)
 			} else {
 				for _, s := range servers[:2] {
@@ -110,7 +104,7 @@ func TestCleanupWaitsForInFlightSet(t *testing.T) {
 func TestResponsiveSlowMasterReleasedBeforeReturn(t *testing.T) {
 	servers, masters := miniMasters(t, 3)
 	res := resourceName(t)
-	masters[2] = &lateMaster{Client: masters[2].(*redis.Client), delay: 50 * time.Millisecond}
+	masters[2] = &lateMaster{full: masters[2].(full), delay: 50 * time.Millisecond}
 	for _, s := range servers[:2] {
 		require.NoError(t, s.Set("lock:"+res, "someone-else"))
 	}
@@ -126,7 +120,7 @@ func TestResponsiveSlowMasterReleasedBeforeReturn(t *testing.T) {
 func TestUnlockDoesNotWaitForSlowMaster(t *testing.T) {
 	servers, masters := miniMasters(t, 3)
 	res := resourceName(t)
-	late := &lateMaster{Client: masters[2].(*redis.Client), delay: 300 * time.Millisecond}
+	late := &lateMaster{full: masters[2].(full), delay: 300 * time.Millisecond}
 	masters[2] = late
 	c := newTestClient(t, masters, WithNodeTimeout(time.Second))
 	l, err := c.TryLock(context.Background(), res, time.Minute)
@@ -147,7 +141,7 @@ func TestNeverSent(t *testing.T) {
 	_, masters := miniMasters(t, 1)
 	retrying := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // MaxRetries 0: go-redis's default of 3
 	t.Cleanup(func() { _ = retrying.Close() })
-	c := newTestClient(t, []Master{masters[0], retrying})
+	c := newTestClient(t, conns(masters[0], retrying))
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}
 	assert.True(t, c.neverSent(0, dial))
@@ -166,7 +160,7 @@ func TestDeadMastersNotReleased(t *testing.T) {
 	servers, masters := miniMasters(t, 5)
 	var evals atomic.Int64
 	for i := range masters {
-		masters[i] = &countingScripts{Client: masters[i].(*redis.Client), evals: &evals}
+		masters[i] = &countingScripts{full: masters[i].(full), evals: &evals}
 	}
 	for _, s := range servers[:3] {
 		s.Close()
@@ -178,11 +172,11 @@ func TestDeadMastersNotReleased(t *testing.T) {
 }
 
 type countingScripts struct {
-	*redis.Client
+	full
 	evals *atomic.Int64
 }
 
-func (m *countingScripts) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (m *countingScripts) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	m.evals.Add(1)
-	return m.Client.EvalSha(ctx, sha, keys, args...)
+	return m.full.Eval(ctx, s, keys, args...)
 }

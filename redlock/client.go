@@ -9,34 +9,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
-
+	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
-)
-
-// Master is the part of a Redis client that the lock needs: running a
-// command of its own (SET ... PX ... NX) and running scripts.
-// *redis.Client (also from NewFailoverClient) and *redis.ClusterClient
-// satisfy it. Each master must be one failure domain of its own: two
-// clients of one server, or of a primary and its replica, would count one
-// twice, and New refuses a *redis.Ring, which moves keys between shards.
-type Master interface {
-	redis.Scripter
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-var (
-	_ Master = (*redis.Client)(nil)
-	_ Master = (*redis.ClusterClient)(nil)
 )
 
 // MaxResourceLen is the longest resource name accepted, in bytes.
@@ -45,17 +27,17 @@ const MaxResourceLen = 512
 var (
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = driver.NewScript(releaseLua)
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = redis.NewScript(extendLua)
+	extendScript = driver.NewScript(extendLua)
 )
 
 // Client takes locks on a fixed set of masters. It is safe for concurrent
 // use by many goroutines.
 type Client struct {
-	masters []Master
+	masters []driver.Conn
 	addrs   []string // for errors and logs
 	// host:port of a master whose client dials one server, for the dial
 	// that diagnoses a master that does not answer; "" for others.
@@ -68,7 +50,7 @@ type Client struct {
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
 	push      pusher        // subscriptions for waiters, made at the first wait
-	cluster   bool          // some master is a *redis.ClusterClient: LockAll needs one hash tag
+	cluster   bool          // some master spreads keys by hash slot: LockAll needs one hash tag
 	guard     *restartGuard // nil without WithRestartGuard
 	local     locals        // fair waiters that a release may hand the lock to
 	handed    atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
@@ -76,18 +58,21 @@ type Client struct {
 	tag       string        // 8 hex digits in the ids of this client's queued waiters
 }
 
-// New returns a client over masters, the Redis clients the caller already
-// holds, one per independent master. One master is the single-instance
-// mode, with the same API. Invalid options, no masters, a nil master, a
-// *redis.Ring or the same master twice (the same client, or two clients of
-// one host:port) give [ErrInvalidArgument]. New does no I/O, except that
+// New returns a client over masters, one per independent Redis master,
+// each the caller's client adapted to the driver seam (for go-redis:
+// goredis.Masters(c1, c2, c3), package quorumlock.dev/driver/goredis). One
+// master is the single-instance mode, with the same API. Each master must
+// be one failure domain: invalid options, no masters, a nil master, a
+// client that moves keys between servers (a *redis.Ring) or the same
+// master twice (the same client, or two of one host:port) give
+// [ErrInvalidArgument]. New does no I/O, except that
 // [WithRestartGuard] or [WithClockMonitor] starts its watcher, which samples the masters at once
 // in the background; [Client.Close] stops it.
 //
 // Goroutines a Client runs: the watcher's one, plus a sample per master at
 // most; from the first Lock that waits, two per master that can subscribe;
 // one per renewing Lock ([Lock.Renew]). Close ends all but the renewers.
-func New(masters []Master, opts ...Option) (*Client, error) {
+func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {
 		if opt == nil {
@@ -103,7 +88,7 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		return nil, invalid("no masters")
 	}
 	c := &Client{
-		masters:   append([]Master(nil), masters...),
+		masters:   append([]driver.Conn(nil), masters...),
 		addrs:     make([]string, len(masters)),
 		dialAddrs: make([]string, len(masters)),
 		noRetry:   make([]bool, len(masters)),
@@ -120,29 +105,26 @@ func New(masters []Master, opts ...Option) (*Client, error) {
 		if nilcheck.Is(m) {
 			return nil, invalid("master %d is nil", i)
 		}
-		if err := checkMaster(i, m); err != nil {
-			return nil, err
+		d := describe(m)
+		if d.Unsafe != "" {
+			return nil, invalid("master %d is not one failure domain: %s", i, d.Unsafe)
 		}
 		for j := range i {
-			if same(masters[j], m) {
+			if sameClient(masters[j], m) {
 				return nil, invalid("masters %d and %d are the same client", j, i)
 			}
 		}
-		o := optionsOf(m)
-		if j, dup := seen[o.addr]; dup && o.addr != "" {
-			return nil, invalid("masters %d and %d are both %s", j, i, o.addr)
+		addr := label(d)
+		if j, dup := seen[addr]; dup && addr != "" {
+			return nil, invalid("masters %d and %d are both %s", j, i, addr)
 		}
-		if o.addr != "" {
-			seen[o.addr] = i
+		if addr != "" {
+			seen[addr] = i
 		}
-		c.addrs[i] = masterLabel(i, o.addr)
-		if _, _, err := net.SplitHostPort(o.addr); err == nil {
-			c.dialAddrs[i] = o.addr
-		}
-		c.noRetry[i] = o.noRetry
-		if _, ok := m.(*redis.ClusterClient); ok {
-			c.cluster = true
-		}
+		c.addrs[i] = masterLabel(i, addr)
+		c.dialAddrs[i] = d.Addr
+		c.noRetry[i] = d.NeverRetries
+		c.cluster = c.cluster || d.Cluster != nil
 	}
 	if err := c.checkFenceNode(); err != nil {
 		return nil, err
@@ -162,20 +144,35 @@ func (c *Client) checkFenceNode() error {
 		return nil
 	}
 	node := on.Node()
-	addr := optionsOf(node).addr
+	addr := label(describe(node))
 	for i, m := range c.masters {
-		if same(m, node) || (addr != "" && addr == c.addrs[i]) {
+		if sameClient(m, node) || (addr != "" && addr == c.addrs[i]) {
 			return invalid("the fence counter is on master %d (%s); it needs a node of its own", i, c.addrs[i])
 		}
 	}
 	return nil
 }
 
-// same reports whether a and b are one client. Values of types that cannot
-// be compared are never the same (comparing them would panic).
-func same(a, b any) bool {
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
+// sameClient reports whether a and b are one client: the same Conn, or
+// Conns of the same client.
+func sameClient(a, b driver.Conn) bool {
+	if same(a, b) {
+		return true
+	}
+	ca, cb := describe(a).Client, describe(b).Client
+	return ca != nil && same(ca, cb)
+}
+
+// same reports whether a and b are one value. Values that cannot be
+// compared (a comparable type may hold one in an interface field) are
+// never the same.
+func same(a, b any) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
 }
 
 // Masters is the number of masters the client locks on.
@@ -468,12 +465,10 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
 	c.issued(ttl) // before the round: this TTL is one a restarted master may have lost
-	// One argument list serves every master: go-redis only reads it.
+	// acquire_all.lua's ARGV, one list for every master.
 	var args []any
-	if len(l.keys) == 1 {
-		args = []any{"set", l.key, l.token, "px", ttl.Milliseconds(), "nx"}
-	} else {
-		args = []any{l.token, ttl.Milliseconds()} // acquire_all.lua's ARGV
+	if len(l.keys) > 1 {
+		args = []any{l.token, ttl.Milliseconds()}
 	}
 
 	var rep *fairReplies
@@ -497,22 +492,21 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 			}
 			return won, err
 		}
+		var set bool
 		var err error
 		if len(l.keys) == 1 {
-			err = c.masters[i].Process(ctx, redis.NewStatusCmd(ctx, args...))
+			set, err = c.masters[i].SetNX(ctx, l.keys[0], l.token, ttl)
 		} else {
-			err = acquireAll(ctx, c.masters[i], l.keys, args)
+			set, err = acquireAll(ctx, c.masters[i], l.keys, args)
 		}
 		c.exit(ctx, i, probe, err)
 		switch {
-		case err == nil && c.quarantined(i):
+		case set && c.quarantined(i):
 			// The key is set there (so the master knows the holder, and the
 			// release reaches it) but the vote is not counted.
 			return false, errQuarantined
-		case err == nil: // OK: the key was absent and is now ours
-			return true, nil
-		case errors.Is(err, redis.Nil): // held by another token, or a key of another type
-			return false, nil
+		case err == nil: // the key was ours to set, or held by another token, or of another type
+			return set, nil
 		}
 		return false, err
 	}))

@@ -19,6 +19,8 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/clockdrift"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // TestQuorumMatrix: for every split of N masters into free, held by another
@@ -35,7 +37,7 @@ func TestQuorumMatrix(t *testing.T) {
 					// while after it was down, and that is not under test.
 					masters := make([]Master, n)
 					for i, s := range servers {
-						masters[i] = newClient(t, s.Addr())
+						masters[i] = goredis.Conn(newClient(t, s.Addr()))
 					}
 					c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
 					require.Equal(t, need, c.Quorum())
@@ -150,10 +152,10 @@ func TestUntilFollowsValidity(t *testing.T) {
 func TestNewRejectsBadInput(t *testing.T) {
 	_, masters := miniMasters(t, 2)
 	var typedNil *redis.Client
-	sameAddr := newClient(t, masters[0].(*redis.Client).Options().Addr)
-	counterOnMaster, err := fence.NewRedisCounter(masters[1].(*redis.Client))
+	sameAddr := newClient(t, raw(masters[0]).Options().Addr)
+	counterOnMaster, err := fence.NewRedisCounter(masters[1])
 	require.NoError(t, err)
-	counterOnSameAddr, err := fence.NewRedisCounter(newClient(t, masters[1].(*redis.Client).Options().Addr))
+	counterOnSameAddr, err := fence.NewRedisCounter(goredis.Conn(newClient(t, raw(masters[1]).Options().Addr)))
 	require.NoError(t, err)
 	tests := []struct {
 		name    string
@@ -162,10 +164,10 @@ func TestNewRejectsBadInput(t *testing.T) {
 	}{
 		{"no masters", nil, nil},
 		{"empty masters", []Master{}, nil},
-		{"nil master", []Master{masters[0], nil}, nil},
-		{"typed nil master", []Master{typedNil}, nil},
-		{"same client twice", []Master{masters[0], masters[1], masters[0]}, nil},
-		{"two clients of one server", []Master{masters[0], sameAddr}, nil},
+		{"nil master", conns(masters[0], nil), nil},
+		{"typed nil master", conns(typedNil), nil},
+		{"same client twice", conns(masters[0], masters[1], masters[0]), nil},
+		{"two clients of one server", conns(masters[0], sameAddr), nil},
 		{"zero node timeout", masters, []Option{WithNodeTimeout(0)}},
 		{"negative node timeout", masters, []Option{WithNodeTimeout(-time.Second)}},
 		{"negative drift factor", masters, []Option{WithDrift(-0.01, 0)}},
@@ -201,9 +203,9 @@ type uncomparable struct {
 
 func TestNewUncomparableMaster(t *testing.T) {
 	_, masters := miniMasters(t, 2)
-	a := uncomparable{masters[0].(*redis.Client), nil}
-	b := uncomparable{masters[1].(*redis.Client), nil}
-	c, err := New([]Master{a, b})
+	a := uncomparable{raw(masters[0]), nil}
+	b := uncomparable{raw(masters[1]), nil}
+	c, err := New(conns(a, b))
 	require.NoError(t, err)
 	assert.Equal(t, 2, c.Masters())
 }
@@ -314,7 +316,7 @@ func TestFence(t *testing.T) {
 	t.Run("strictly increasing from a Redis counter", func(t *testing.T) {
 		_, masters := miniMasters(t, 3)
 		counterSrv := miniredis.RunT(t)
-		counter, err := fence.NewRedisCounter(newClient(t, counterSrv.Addr()))
+		counter, err := fence.NewRedisCounter(goredis.Conn(newClient(t, counterSrv.Addr())))
 		require.NoError(t, err)
 		c := newTestClient(t, masters, WithFence(counter))
 		res := resourceName(t)
@@ -371,7 +373,7 @@ func TestFence(t *testing.T) {
 	t.Run("counter node down", func(t *testing.T) {
 		servers, masters := miniMasters(t, 3)
 		counterSrv := miniredis.RunT(t)
-		counter, err := fence.NewRedisCounter(newClient(t, counterSrv.Addr()))
+		counter, err := fence.NewRedisCounter(goredis.Conn(newClient(t, counterSrv.Addr())))
 		require.NoError(t, err)
 		counterSrv.Close()
 		res := resourceName(t)
@@ -436,7 +438,7 @@ func TestLockRetries(t *testing.T) {
 		var attempts atomic.Int64
 		counted := make([]Master, len(masters))
 		for i, m := range masters {
-			counted[i] = countingMaster{m.(*redis.Client), &attempts}
+			counted[i] = countingMaster{m.(full), &attempts}
 		}
 		c := newTestClient(t, counted, WithRetry(4, time.Millisecond, time.Millisecond))
 		l, err := c.Lock(ctx, res, time.Minute)
@@ -478,7 +480,7 @@ func TestLockRetries(t *testing.T) {
 					}
 					obs := &countingObserver{}
 					for _, m := range masters {
-						m.(*redis.Client).AddHook(stallAcquires{func() bool { return obs.attempts.Load() >= tc.after }})
+						raw(m).AddHook(stallAcquires{func() bool { return obs.attempts.Load() >= tc.after }})
 					}
 					// The round's own deadline is far: only the caller's ends it.
 					c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(10*time.Second), WithRetry(0, 10*time.Millisecond, 0))
@@ -555,15 +557,13 @@ func (h stallAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 type countingMaster struct {
-	*redis.Client
+	full
 	sets *atomic.Int64
 }
 
-func (m countingMaster) Process(ctx context.Context, cmd redis.Cmder) error {
-	if cmd.Name() == "set" {
-		m.sets.Add(1)
-	}
-	return m.Client.Process(ctx, cmd)
+func (m countingMaster) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	m.sets.Add(1)
+	return m.full.SetNX(ctx, key, value, ttl)
 }
 
 // TestMutualExclusion: many goroutines share one client and fight for one

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 
 	"quorumlock.dev/internal/clockdrift"
 )
@@ -58,9 +58,8 @@ func (c *Client) sampleClock(ctx context.Context, i int) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-	cmd := redis.NewTimeCmd(cctx, "time")
 	_, sent := c.clock.now()
-	err := c.masters[i].Process(cctx, cmd)
+	serverTime, err := c.masters[i].(driver.Inspector).Time(cctx)
 	_, got := c.clock.now()
 	cancel()
 	now := c.nanos()
@@ -80,7 +79,7 @@ func (c *Client) sampleClock(ctx context.Context, i int) {
 		c.reviewLocked(i, now)
 		return
 	}
-	c.observeClock(i, clockdrift.Sample{Local: sent + (got-sent)/2, Remote: cmd.Val(), RTT: got - sent}, now)
+	c.observeClock(i, clockdrift.Sample{Local: sent + (got-sent)/2, Remote: serverTime, RTT: got - sent}, now)
 }
 
 // observeClock takes master i's next sample: it logs and tells the

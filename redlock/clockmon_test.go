@@ -20,6 +20,8 @@ import (
 	"quorumlock.dev/internal/clockshim"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // clockLog records what a DriftObserver (and QuarantineObserver) hears.
@@ -91,7 +93,7 @@ func clockMasters(t *testing.T, n int, clk *clockshim.Clock) ([]*redisserver.Ser
 	servers = append(servers, redistest.StartN(t, n-1, redisserver.Options{})...)
 	masters := make([]Master, n)
 	for i, s := range servers {
-		masters[i] = newClient(t, s.Addr())
+		masters[i] = goredis.Conn(newClient(t, s.Addr()))
 	}
 	return servers, masters
 }
@@ -272,7 +274,7 @@ func TestClockMonitorHealthyNeverFlagged(t *testing.T) {
 	servers := redistest.StartN(t, 3, redisserver.Options{})
 	masters := make([]Master, len(servers))
 	for i, s := range servers {
-		masters[i] = newClient(t, s.Addr())
+		masters[i] = goredis.Conn(newClient(t, s.Addr()))
 	}
 	obs := newClockLog()
 	var logs syncBuffer
@@ -319,7 +321,7 @@ func TestClockMonitorWithoutTime(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newClockLog()
 	var logs syncBuffer
-	c := newTestClient(t, []Master{m}, WithClockMonitor(50*time.Millisecond, true), WithObserver(obs), WithLogger(logger(&logs)))
+	c := newTestClient(t, conns(m), WithClockMonitor(50*time.Millisecond, true), WithObserver(obs), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read TIME") }, 10*time.Second, 10*time.Millisecond)
 	for range 5 {
@@ -372,7 +374,7 @@ func TestClockMonitorAllocs(t *testing.T) {
 	client := func(opts ...Option) *Client {
 		masters := make([]Master, len(servers))
 		for i, s := range servers {
-			masters[i] = redistest.Client(t, s.Addr())
+			masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 		}
 		c := newTestClient(t, masters, opts...)
 		t.Cleanup(func() { _ = c.Close() })

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // TestCloseWakesWaiters: a waiter that sleeps on the holder's TTL, its
@@ -73,7 +75,7 @@ func TestCloseBoundedOnHungMaster(t *testing.T) {
 	hung := redis.NewClient(&redis.Options{Addr: hungServer(t), ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1})
 	t.Cleanup(func() { _ = hung.Close() })
 	const nodeTimeout = 100 * time.Millisecond
-	all := append(masters, hung)
+	all := append(masters, goredis.Conn(hung))
 	c, err := New(all, WithNodeTimeout(nodeTimeout),
 		WithRestartGuard(nodeTimeout), WithClockMonitor(nodeTimeout, true))
 	require.NoError(t, err)

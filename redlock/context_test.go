@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/memredis"
 )
 
 // waitDone waits for ctx to end, bounded so that a lock that is never
@@ -22,80 +25,95 @@ func waitDone(t *testing.T, ctx context.Context, within time.Duration, msg strin
 	}
 }
 
+// TestContext in virtual time: the context ends exactly when the lease
+// does, and not while an Extend keeps it.
 func TestContext(t *testing.T) {
 	ctx := context.Background()
-	servers, masters := miniMasters(t, 3)
-	// Node timeouts with room under -race: a release or extension that
-	// timed out would change the outcome these tests look at.
-	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
-
+	virtual := func(t *testing.T, f func(t *testing.T, servers []*memredis.Server, c *Client)) {
+		synctest.Test(t, func(t *testing.T) {
+			servers, masters := memMasters(3)
+			f(t, servers, virtualClient(t, masters))
+		})
+	}
 	t.Run("cancelled by Unlock", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
-		require.NoError(t, err)
-		lctx := l.Context()
-		assert.Same(t, lctx, l.Context(), "one context per lock")
-		assert.NoError(t, lctx.Err())
-		_, hasDeadline := lctx.Deadline()
-		assert.False(t, hasDeadline, "Extend moves the end: no fixed deadline")
+		virtual(t, func(t *testing.T, _ []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			lctx := l.Context()
+			assert.Same(t, lctx, l.Context(), "one context per lock")
+			assert.NoError(t, lctx.Err())
+			_, hasDeadline := lctx.Deadline()
+			assert.False(t, hasDeadline, "Extend moves the end: no fixed deadline")
 
-		require.NoError(t, l.Unlock(ctx))
-		assertClosed(t, lctx.Done(), "Unlock cancels the context")
-		assert.ErrorIs(t, lctx.Err(), context.Canceled)
-		cause := context.Cause(lctx)
-		assert.ErrorIs(t, cause, ErrLockNotHeld)
-		assert.NotErrorIs(t, cause, ErrLockLost, "a released lock was not lost")
+			require.NoError(t, l.Unlock(ctx))
+			assertClosed(t, lctx.Done(), "Unlock cancels the context")
+			assert.ErrorIs(t, lctx.Err(), context.Canceled)
+			cause := context.Cause(lctx)
+			assert.ErrorIs(t, cause, ErrLockNotHeld)
+			assert.NotErrorIs(t, cause, ErrLockLost, "a released lock was not lost")
+		})
 	})
 	t.Run("after Unlock already done", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		lctx := l.Context()
-		assertClosed(t, lctx.Done(), "Context after Unlock is done")
-		assert.ErrorIs(t, context.Cause(lctx), ErrLockNotHeld)
+		virtual(t, func(t *testing.T, _ []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+			lctx := l.Context()
+			assertClosed(t, lctx.Done(), "Context after Unlock is done")
+			assert.ErrorIs(t, context.Cause(lctx), ErrLockNotHeld)
+		})
 	})
 	t.Run("validity runs out", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), 150*time.Millisecond)
-		require.NoError(t, err)
-		lctx := l.Context()
-		waitDone(t, lctx, 5*time.Second, "context not cancelled after the lease")
-		assert.False(t, time.Now().Before(l.Until()), "cancelled before Until")
-		assert.ErrorIs(t, context.Cause(lctx), ErrLockLost)
-		// Unlock afterwards keeps the cause: the lock was lost first.
-		_ = l.Unlock(ctx)
-		assert.ErrorIs(t, context.Cause(lctx), ErrLockLost)
+		virtual(t, func(t *testing.T, _ []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", 150*time.Millisecond)
+			require.NoError(t, err)
+			lctx := l.Context()
+			at := ended(t, lctx)
+			assert.False(t, at.Before(l.Until()), "cancelled before Until")
+			assert.Less(t, at.Sub(l.Until()), leaseCheck+time.Millisecond, "cancelled late")
+			assert.ErrorIs(t, context.Cause(lctx), ErrLockLost)
+			// Unlock afterwards keeps the cause: the lock was lost first.
+			_ = l.Unlock(ctx)
+			assert.ErrorIs(t, context.Cause(lctx), ErrLockLost)
+		})
 	})
 	t.Run("failed Extend", func(t *testing.T) {
-		res := resourceName(t)
-		l, err := c.TryLock(ctx, res, time.Minute)
-		require.NoError(t, err)
-		settle(t, servers, res, l)
-		lctx := l.Context()
-		for _, s := range servers[:2] {
-			s.Del("lock:" + res)
-		}
-		require.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
-		assertClosed(t, lctx.Done(), "a failed Extend cancels the context")
-		cause := context.Cause(lctx)
-		assert.ErrorIs(t, cause, ErrLockLost)
-		assert.ErrorIs(t, cause, ErrLockNotHeld, "the cause carries Extend's error")
+		virtual(t, func(t *testing.T, servers []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			synctest.Wait()
+			lctx := l.Context()
+			for _, s := range servers[:2] {
+				s.Del("lock:job")
+			}
+			require.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLockNotHeld)
+			assertClosed(t, lctx.Done(), "a failed Extend cancels the context")
+			cause := context.Cause(lctx)
+			assert.ErrorIs(t, cause, ErrLockLost)
+			assert.ErrorIs(t, cause, ErrLockNotHeld, "the cause carries Extend's error")
+		})
 	})
 	t.Run("Extend keeps it alive", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), 150*time.Millisecond)
-		require.NoError(t, err)
-		lctx := l.Context()
-		require.NoError(t, l.Extend(ctx, time.Minute))
-		time.Sleep(200 * time.Millisecond)
-		assert.NoError(t, lctx.Err(), "cancelled although extended")
-		require.NoError(t, l.Unlock(ctx))
+		virtual(t, func(t *testing.T, _ []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", 150*time.Millisecond)
+			require.NoError(t, err)
+			lctx := l.Context()
+			require.NoError(t, l.Extend(ctx, time.Minute))
+			time.Sleep(59 * time.Second)
+			assert.NoError(t, lctx.Err(), "cancelled although extended")
+			require.NoError(t, l.Unlock(ctx))
+		})
 	})
 	t.Run("a lock that never asks pays nothing", func(t *testing.T) {
-		l, err := c.TryLock(ctx, resourceName(t), time.Minute)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		assert.Nil(t, l.ctx, "no context made")
-		assert.Nil(t, l.timer, "no timer started")
+		virtual(t, func(t *testing.T, _ []*memredis.Server, c *Client) {
+			l, err := c.TryLock(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			assert.Nil(t, l.ctx, "no context made")
+			assert.Nil(t, l.timer, "no timer started")
+		})
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // TestFrozenMastersCallerDeadline: 2 of 3 masters hang and the caller's
@@ -17,11 +19,11 @@ import (
 // did not answer are unavailability, not another holder.
 func TestFrozenMastersCallerDeadline(t *testing.T) {
 	_, healthy := miniMasters(t, 1)
-	masters := []Master{healthy[0]}
+	masters := conns(healthy[0])
 	for range 2 {
 		hung := redis.NewClient(&redis.Options{Addr: hungServer(t), MaxRetries: -1})
 		t.Cleanup(func() { _ = hung.Close() })
-		masters = append(masters, hung)
+		masters = append(masters, goredis.Conn(hung))
 	}
 	obs := newLockLog()
 	c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(500*time.Millisecond))
@@ -53,7 +55,7 @@ func TestRefusedPortCause(t *testing.T) {
 		require.NoError(t, ln.Close())
 		down := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
 		t.Cleanup(func() { _ = down.Close() })
-		masters = append(masters, down)
+		masters = append(masters, goredis.Conn(down))
 	}
 	c := newTestClient(t, masters, WithNodeTimeout(200*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

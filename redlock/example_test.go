@@ -15,6 +15,10 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
 	"quorumlock.dev/redlock/redlockprom"
+
+	"quorumlock.dev/driver/goredis"
+
+	"quorumlock.dev/driver"
 )
 
 // servers starts n in-process Redis servers for the examples and returns
@@ -39,15 +43,15 @@ func servers(n int) ([]string, func()) {
 
 // masters starts n in-process Redis servers for the examples; in production
 // these are the clients of independent Redis masters.
-func masters(n int) ([]redlock.Master, func()) {
+func masters(n int) ([]driver.Conn, func()) {
 	addrs, stopServers := servers(n)
-	var ms []redlock.Master
+	var rdbs []*redis.Client
 	for _, addr := range addrs {
-		ms = append(ms, redis.NewClient(&redis.Options{Addr: addr}))
+		rdbs = append(rdbs, redis.NewClient(&redis.Options{Addr: addr}))
 	}
-	return ms, func() {
-		for _, m := range ms {
-			_ = m.(*redis.Client).Close()
+	return goredis.Masters(rdbs...), func() {
+		for _, rdb := range rdbs {
+			_ = rdb.Close()
 		}
 		stopServers()
 	}
@@ -110,7 +114,7 @@ func ExampleWithFence() {
 	// The counter lives on its own node, not on one of the masters.
 	counterNode, stopCounter := masters(1)
 	defer stopCounter()
-	counter, err := fence.NewRedisCounter(counterNode[0].(*redis.Client))
+	counter, err := fence.NewRedisCounter(counterNode[0])
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -222,7 +226,7 @@ func Example_quickStart() {
 	stock := redis.NewClient(&redis.Options{Addr: stockAddr})
 	defer stock.Close()
 	var guard fence.RedisGuard
-	qty, _, err := guard.Get(ctx, stock, "stock:WH-01")
+	qty, _, err := guard.Get(ctx, goredis.Conn(stock), "stock:WH-01")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -239,12 +243,13 @@ func Example_quickStart() {
 // master is the single-instance mode). The fence counter's node and the
 // stock's are none of the masters.
 func run(ctx context.Context, masterAddrs []string, fenceAddr, stockAddr string) error {
-	var masters []redlock.Master
+	var rdbs []*redis.Client
 	for _, addr := range masterAddrs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
-		masters = append(masters, rdb)
+		rdbs = append(rdbs, rdb)
 	}
+	masters := goredis.Masters(rdbs...) // go-redis clients as the lock's masters
 	client, err := redlock.New(masters)
 	if err != nil {
 		return err
@@ -254,7 +259,7 @@ func run(ctx context.Context, masterAddrs []string, fenceAddr, stockAddr string)
 	// A fenced client: each lock carries a token from a counter on its own node.
 	fenceNode := redis.NewClient(&redis.Options{Addr: fenceAddr})
 	defer fenceNode.Close()
-	counter, err := fence.NewRedisCounter(fenceNode)
+	counter, err := fence.NewRedisCounter(goredis.Conn(fenceNode))
 	if err != nil {
 		return err
 	}
@@ -263,8 +268,9 @@ func run(ctx context.Context, masterAddrs []string, fenceAddr, stockAddr string)
 		return err
 	}
 	defer fenced.Close()
-	stock := redis.NewClient(&redis.Options{Addr: stockAddr})
-	defer stock.Close()
+	stockRedis := redis.NewClient(&redis.Options{Addr: stockAddr})
+	defer stockRedis.Close()
+	stock := goredis.Conn(stockRedis)
 
 	if err := nightlyReport(ctx, client); err != nil {
 		return err
@@ -326,7 +332,7 @@ func relay(ctx context.Context, client *redlock.Client, batches []string) error 
 // recordStocktake stores a counted quantity. The guard refuses the write once
 // a newer holder of the lock has written, so a holder that paused past its
 // lease cannot overwrite its successor.
-func recordStocktake(ctx context.Context, fenced *redlock.Client, stock *redis.Client, sku string, qty int) error {
+func recordStocktake(ctx context.Context, fenced *redlock.Client, stock driver.Conn, sku string, qty int) error {
 	lock, err := fenced.TryLock(ctx, "stocktake:"+sku, 30*time.Second) // one attempt, no wait
 	if err != nil {
 		return err // errors.Is(err, redlock.ErrNotAcquired): another holder has it
@@ -400,7 +406,7 @@ func ExampleWithObserver_prometheus() {
 // newObservedClient returns a client whose events are quorumlock_lock_* metrics on reg, and
 // the metrics, which also count what guards refuse: fence.RedisGuard{OnReject: m.FenceRejected},
 // pgfence.Guard{Table: "inventory", OnReject: m.FenceRejected}.
-func newObservedClient(masters []redlock.Master, reg prometheus.Registerer) (*redlock.Client, *redlockprom.Metrics, error) {
+func newObservedClient(masters []driver.Conn, reg prometheus.Registerer) (*redlock.Client, *redlockprom.Metrics, error) {
 	m, err := redlockprom.New("quorumlock") // metrics named quorumlock_lock_*
 	if err != nil {
 		return nil, nil, err

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 
 	"quorumlock.dev/internal/quorum"
 )
@@ -31,11 +31,11 @@ import (
 var (
 	//go:embed scripts/fair_lock.lua
 	fairLockLua    string
-	fairLockScript = redis.NewScript(fairLockLua)
+	fairLockScript = driver.NewScript(fairLockLua)
 
 	//go:embed scripts/fair_leave.lua
 	fairLeaveLua    string
-	fairLeaveScript = redis.NewScript(fairLeaveLua)
+	fairLeaveScript = driver.NewScript(fairLeaveLua)
 )
 
 // reserved is the lock key's value while release.lua hands it to the
@@ -120,7 +120,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 
 // fairCall is one queued attempt on master i: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := fairLockScript.Run(ctx, c.masters[i], q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag).Slice()
+	vals, err := evalSlice(ctx, c.masters[i], fairLockScript, q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag)
 	if err != nil {
 		return false, err
 	}
@@ -233,7 +233,7 @@ func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(
 		if !ok {
 			return false, errStuck
 		}
-		err := fairLeaveScript.Run(ctx, c.masters[i], keys, ids...).Err()
+		_, err := c.masters[i].Eval(ctx, fairLeaveScript, keys, ids...)
 		c.exit(ctx, i, probe, err)
 		if err != nil {
 			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)

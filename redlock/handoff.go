@@ -450,7 +450,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			answered <- struct{}{}
 			return false, errStuck
 		}
-		n, err := releaseScript.Run(ctx, c.masters[i], l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...).Int64()
+		n, err := evalInt(ctx, c.masters[i], releaseScript, l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
 		c.exit(ctx, i, probe, err)
 		if err != nil {
 			replies[i].Store(-1)

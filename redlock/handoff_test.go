@@ -318,7 +318,7 @@ func (f *fairCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestFairPassCoversBatch(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	calls := &fairCalls{}
-	masters[0].(*redis.Client).AddHook(calls)
+	raw(masters[0]).AddHook(calls)
 	res := resourceName(t)
 	// An entry TTL whose refresh (a third of it) comes long after the test
 	// on a loaded machine: a refresh is a fair_lock.lua call of its own.

@@ -18,23 +18,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/fence"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/goredis"
 )
 
 // slowScripts delays every script (extend, release) by delay before it
 // reaches the server, ignoring the context, as a slow network would.
 type slowScripts struct {
-	*redis.Client
+	full
 	delay time.Duration
 }
 
-func (m *slowScripts) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (m *slowScripts) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	time.Sleep(m.delay)
-	return m.Client.EvalSha(ctx, sha, keys, args...)
-}
-
-func (m *slowScripts) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	time.Sleep(m.delay)
-	return m.Client.Eval(ctx, script, keys, args...)
+	return m.full.Eval(ctx, s, keys, args...)
 }
 
 // TestExtendOutcomeIndependentOfDone: an Extend that starts 5 ms before
@@ -46,7 +44,7 @@ func TestExtendOutcomeIndependentOfDone(t *testing.T) {
 		t.Run(fmt.Sprintf("done=%v", watched), func(t *testing.T) {
 			servers, masters := miniMasters(t, 3)
 			for i := range masters {
-				masters[i] = &slowScripts{Client: masters[i].(*redis.Client), delay: 20 * time.Millisecond}
+				masters[i] = &slowScripts{full: masters[i].(full), delay: 20 * time.Millisecond}
 			}
 			c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
 			res := resourceName(t)
@@ -192,7 +190,7 @@ func TestRingRefused(t *testing.T) {
 	_, masters := miniMasters(t, 2)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
 	t.Cleanup(func() { _ = ring.Close() })
-	_, err := New([]Master{masters[0], masters[1], ring})
+	_, err := New(conns(masters[0], masters[1], ring))
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "Ring")
 }
@@ -208,12 +206,12 @@ func TestFailoverMasters(t *testing.T) {
 			MaxRetries: -1, DialTimeout: 50 * time.Millisecond,
 		})
 		t.Cleanup(func() { _ = fc.Close() })
-		masters[i] = fc
+		masters[i] = goredis.Conn(fc)
 	}
 	c, err := New(masters)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"master 0", "master 1", "master 2"}, c.addrs)
-	_, err = New([]Master{masters[0], masters[0]})
+	_, err = New(conns(masters[0], masters[0]))
 	assert.ErrorIs(t, err, ErrInvalidArgument, "the same client twice is still refused")
 }
 
@@ -248,7 +246,7 @@ func (m wrappedNil) Process(ctx context.Context, cmd redis.Cmder) error {
 func TestWrappedNilIsARefusal(t *testing.T) {
 	servers, masters := miniMasters(t, 3)
 	for i := range masters {
-		masters[i] = wrappedNil{masters[i].(*redis.Client)}
+		masters[i] = goredis.Conn(wrappedNil{raw(masters[i])})
 	}
 	res := resourceName(t)
 	for _, s := range servers {
@@ -367,26 +365,20 @@ func TestBreaker(t *testing.T) {
 // the context ends: a master that is gone, after a command that may have
 // been applied.
 type resetMaster struct {
-	*redis.Client
+	full
 	delay    time.Duration
 	releases atomic.Int64
 }
 
-func (m *resetMaster) Process(ctx context.Context, cmd redis.Cmder) error {
+func (m *resetMaster) SetNX(context.Context, string, string, time.Duration) (bool, error) {
 	time.Sleep(m.delay)
-	return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	return false, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 }
 
-func (m *resetMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+func (m *resetMaster) Eval(ctx context.Context, _ *driver.Script, _ []string, _ ...any) (any, error) {
 	m.releases.Add(1)
 	<-ctx.Done()
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(ctx.Err())
-	return cmd
-}
-
-func (m *resetMaster) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return m.EvalSha(ctx, "", keys, args...)
+	return nil, ctx.Err()
 }
 
 // TestFailedMastersReleasedInTheBackground: three of five masters are held
@@ -403,7 +395,7 @@ func TestFailedMastersReleasedInTheBackground(t *testing.T) {
 	}
 	var gone []*resetMaster
 	for i := 3; i < 5; i++ {
-		m := &resetMaster{Client: masters[i].(*redis.Client), delay: 50 * time.Millisecond}
+		m := &resetMaster{full: masters[i].(full), delay: 50 * time.Millisecond}
 		masters[i] = m
 		gone = append(gone, m)
 	}

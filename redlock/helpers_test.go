@@ -11,7 +11,10 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/stretchr/testify/require"
+	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/goredis"
 )
 
 // miniMasters starts n in-process Redis servers and a client for each.
@@ -21,13 +24,43 @@ func miniMasters(t testing.TB, n int) ([]*miniredis.Miniredis, []Master) {
 	masters := make([]Master, n)
 	for i := range n {
 		servers[i] = miniredis.RunT(t)
-		masters[i] = newClient(t, servers[i].Addr())
+		masters[i] = goredis.Conn(newClient(t, servers[i].Addr()))
 	}
 	return servers, masters
 }
 
 // newClient is a go-redis client with library defaults except retries: a
 // test wants one answer per call.
+// Master is a master as the tests hand them to New.
+type Master = driver.Conn
+
+// full is a master with every capability of the go-redis adapter: a test's
+// wrapper that embeds it keeps them (one that embeds Master hides them).
+type full interface {
+	driver.Conn
+	driver.Subscriber
+	driver.Inspector
+	driver.Describer
+}
+
+// raw is the go-redis client behind a master of miniMasters or redisMasters.
+func raw(m Master) *redis.Client { return goredis.Unwrap(m).(*redis.Client) }
+
+// conns makes masters of go-redis clients (through the adapter) and of
+// masters (as they are); a nil stays nil.
+func conns(ms ...any) []Master {
+	out := make([]Master, len(ms))
+	for i, m := range ms {
+		switch m := m.(type) {
+		case Master:
+			out[i] = m
+		case goredis.Client:
+			out[i] = goredis.Conn(m)
+		}
+	}
+	return out
+}
+
 func newClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })

@@ -16,6 +16,8 @@ import (
 
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // hungLoad is the outcome of runHungLoad.
@@ -44,7 +46,7 @@ func runHungLoad(tb testing.TB, hung, workers int, d time.Duration) hungLoad {
 		// Connect first: the stopped servers then hold live pooled connections,
 		// as in production, and new dials do not fail either (the kernel accepts).
 		require.NoError(tb, cl.Ping(context.Background()).Err())
-		masters[i] = cl
+		masters[i] = goredis.Conn(cl)
 		pool = cl.Options().PoolSize
 	}
 	c, err := New(masters)

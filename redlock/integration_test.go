@@ -23,6 +23,8 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // patientClient has go-redis timeouts far longer than the lock's node
@@ -43,7 +45,7 @@ func realMasters(t *testing.T, n int) ([]*redisserver.Server, []Master, []*redis
 	clients := make([]*redis.Client, n)
 	for i, s := range servers {
 		clients[i] = patientClient(t, s.Addr())
-		masters[i] = clients[i]
+		masters[i] = goredis.Conn(clients[i])
 	}
 	return servers, masters, clients
 }
@@ -145,9 +147,9 @@ func TestSlowMasterNotAwaited(t *testing.T) {
 	proxy, err := faultproxy.New(servers[2].Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
-	masters := []Master{patientClient(t, servers[0].Addr()), patientClient(t, servers[1].Addr()), patientClient(t, proxy.Addr())}
+	masters := conns(patientClient(t, servers[0].Addr()), patientClient(t, servers[1].Addr()), patientClient(t, proxy.Addr()))
 	// Open the slow connection first so the delay hits the SET itself.
-	require.NoError(t, masters[2].(*redis.Client).Ping(context.Background()).Err())
+	require.NoError(t, raw(masters[2]).Ping(context.Background()).Err())
 	proxy.SetDelay(2 * time.Second)
 
 	c := newTestClient(t, masters, WithNodeTimeout(5*time.Second))
@@ -222,7 +224,7 @@ const (
 func compete() int {
 	masters := []Master{}
 	for _, addr := range strings.Split(os.Getenv("QUORUMLOCK_MASTERS"), ",") {
-		masters = append(masters, redis.NewClient(&redis.Options{Addr: addr}))
+		masters = append(masters, goredis.Conn(redis.NewClient(&redis.Options{Addr: addr})))
 	}
 	storage := redis.NewClient(&redis.Options{Addr: os.Getenv("QUORUMLOCK_STORAGE")})
 	res := os.Getenv("QUORUMLOCK_RESOURCE")
@@ -235,7 +237,7 @@ func compete() int {
 	ctx := context.Background()
 	// Warm the connections so both start from the same place.
 	for _, m := range masters {
-		_ = m.(*redis.Client).Ping(ctx).Err()
+		_ = raw(m).Ping(ctx).Err()
 	}
 	time.Sleep(time.Until(time.Unix(0, at)))
 	l, err := c.TryLock(ctx, res, 10*time.Second)

@@ -29,6 +29,8 @@ type Lock struct {
 	resource string
 	key      string
 	keys     []string // {key}, for the scripts
+	key1     [1]string
+	arg1     [1]any
 	token    string
 	args     []any // {token}, for the release script
 	fence    uint64
@@ -59,8 +61,11 @@ type Lock struct {
 }
 
 func newLock(c *Client, resource, token string) *Lock {
-	key := "lock:" + resource
-	return &Lock{c: c, resource: resource, key: key, keys: []string{key}, token: token, args: []any{token}}
+	l := &Lock{c: c, resource: resource, key: "lock:" + resource, token: token}
+	// One allocation for the Lock and its usual one key and one argument.
+	l.key1[0], l.arg1[0] = l.key, token
+	l.keys, l.args = l.key1[:], l.arg1[:]
+	return l
 }
 
 // Resource is the name the lock was taken on; for a lock on several
@@ -395,7 +400,7 @@ func (l *Lock) releaseArgs() []any {
 // releaseOne runs the compare-and-delete with args on master i and records
 // it in r.
 func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
-	n, err := releaseScript.Run(ctx, l.c.masters[i], l.keys, args...).Int64()
+	n, err := evalInt(ctx, l.c.masters[i], releaseScript, l.keys, args...)
 	switch {
 	case err != nil:
 		r.e = err
@@ -463,7 +468,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		if !ok {
 			return false, errStuck
 		}
-		n, err := extendScript.Run(ctx, c.masters[i], l.keys, l.token, ms).Int64()
+		n, err := evalInt(ctx, c.masters[i], extendScript, l.keys, l.token, ms)
 		c.exit(ctx, i, probe, err)
 		return n == 1, err
 	})

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
 )
 
 // noPush hides a master's Subscribe: its waiters poll.
@@ -137,25 +139,16 @@ func TestLostLockNotPassedOnByRenewer(t *testing.T) {
 // waiter's id) it is sent and then loses its reply, as a timeout after the
 // script ran would.
 type lostHandoffReply struct {
-	*redis.Client
+	full
 	lost atomic.Bool
 }
 
-func (m *lostHandoffReply) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return m.lose(ctx, m.Client.EvalSha(ctx, sha, keys, args...), sha == releaseScript.Hash(), args)
-}
-
-func (m *lostHandoffReply) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return m.lose(ctx, m.Client.Eval(ctx, script, keys, args...), script == releaseLua, args)
-}
-
-func (m *lostHandoffReply) lose(ctx context.Context, cmd *redis.Cmd, release bool, args []any) *redis.Cmd {
-	if !release || len(args) < 4 || args[1] == "" || cmd.Err() != nil || !m.lost.CompareAndSwap(false, true) {
-		return cmd
+func (m *lostHandoffReply) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	v, err := m.full.Eval(ctx, s, keys, args...)
+	if s != releaseScript || len(args) < 4 || args[1] == "" || err != nil || !m.lost.CompareAndSwap(false, true) {
+		return v, err
 	}
-	lost := redis.NewCmd(ctx)
-	lost.SetErr(errors.New("read tcp: i/o timeout (the reply to the handoff was lost)"))
-	return lost
+	return nil, errors.New("read tcp: i/o timeout (the reply to the handoff was lost)")
 }
 
 // TestHandoffUncountedKeysReleased: a direct handoff whose every handed
@@ -165,9 +158,9 @@ func (m *lostHandoffReply) lose(ctx context.Context, cmd *redis.Cmd, release boo
 // its own instead of waiting out the orphan key's TTL of a minute.
 func TestHandoffUncountedKeysReleased(t *testing.T) {
 	masters, admin := waitMasters(t, 1)
-	lossy := &lostHandoffReply{Client: masters[0].(*redis.Client)}
+	lossy := &lostHandoffReply{full: masters[0].(full)}
 	res := resourceName(t)
-	c := fairClient(t, []Master{lossy}, DefaultFairEntryTTL)
+	c := fairClient(t, conns(lossy), DefaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

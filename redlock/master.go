@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 )
 
 // errStuck is the error of a master that a round did not call because the
@@ -109,15 +110,38 @@ func (h *health) abstain(probe bool) {
 
 // replied reports whether err (a call's outcome) came from the server: no
 // error, a nil reply or an error reply.
-func replied(err error) bool {
-	return err == nil || errors.Is(err, redis.Nil) || isErrorReply(err)
+func replied(err error) bool { return driver.Replied(err) }
+
+// isErrorReply reports an error reply of the server.
+func isErrorReply(err error) bool {
+	var re *driver.ReplyError
+	return errors.As(err, &re)
 }
 
-// isErrorReply is apart from replied so that its target escapes to the heap
-// only on this path.
-func isErrorReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
+// evalInt runs script on m and reads an integer reply.
+func evalInt(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) (int64, error) {
+	v, err := m.Eval(ctx, script, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: %v (%T) from a script that returns an integer", driver.ErrUnexpectedReply, v, v)
+	}
+	return n, nil
+}
+
+// evalSlice runs script on m and reads an array reply.
+func evalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) ([]any, error) {
+	v, err := m.Eval(ctx, script, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	vals, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v (%T) from a script that returns an array", driver.ErrUnexpectedReply, v, v)
+	}
+	return vals, nil
 }
 
 // neverSent reports an error that proves a command never reached master i:
@@ -132,38 +156,22 @@ func (c *Client) neverSent(i int, err error) bool {
 	return c.noRetry[i] && errors.As(err, &op) && op.Op == "dial"
 }
 
-// clientOptions reads what New needs of a master's go-redis options.
-type clientOptions struct {
-	addr    string // host:port, "cluster a,b,c", or "" when not known
-	noRetry bool   // the client never retries a command
+// describe is what m's driver says of its client; nothing when it says
+// nothing.
+func describe(m driver.Conn) driver.Description {
+	if d, ok := m.(driver.Describer); ok {
+		return d.Describe()
+	}
+	return driver.Description{}
 }
 
-func optionsOf(m any) clientOptions {
-	switch c := m.(type) {
-	case interface{ Options() *redis.Options }:
-		o := c.Options()
-		addr := o.Addr
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			// A failover client reports "FailoverClient" whatever its
-			// master: it names no server, so it cannot be compared.
-			addr = ""
-		}
-		// NewClient has normalised MaxRetries: 0 is "never retry" (-1 given).
-		return clientOptions{addr: addr, noRetry: o.MaxRetries == 0}
-	case interface{ Options() *redis.ClusterOptions }:
-		o := c.Options()
-		// A cluster client retries on redirects whatever MaxRetries says.
-		return clientOptions{addr: "cluster " + strings.Join(o.Addrs, ",")}
+// label names a client for duplicate checks and messages: host:port,
+// "cluster a,b,c", or "" when not known.
+func label(d driver.Description) string {
+	if d.Cluster != nil {
+		return "cluster " + strings.Join(d.Cluster, ",")
 	}
-	return clientOptions{}
-}
-
-// checkMaster refuses a client that is not one failure domain.
-func checkMaster(i int, m Master) error {
-	if _, ok := m.(*redis.Ring); ok {
-		return invalid("master %d is a *redis.Ring: it moves keys to another shard when one is marked down, so a second holder can be granted; use one *redis.Client per master", i)
-	}
-	return nil
+	return d.Addr
 }
 
 // clock is the time the client reads: the monotonic clock for every bound,

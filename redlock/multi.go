@@ -9,13 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 )
 
 var (
 	//go:embed scripts/acquire_all.lua
 	acquireAllLua    string
-	acquireAllScript = redis.NewScript(acquireAllLua)
+	acquireAllScript = driver.NewScript(acquireAllLua)
 )
 
 // TryLockAll makes one attempt to lock every one of resources for ttl, all
@@ -113,17 +113,11 @@ func (c *Client) newMulti(resources []string, ttl time.Duration) (*Lock, error) 
 	return l, nil
 }
 
-// acquireAll runs acquire_all.lua on master m: nil when it set every key,
-// redis.Nil when some key was held.
-func acquireAll(ctx context.Context, m Master, keys []string, args []any) error {
-	n, err := acquireAllScript.Run(ctx, m, keys, args...).Int64()
-	switch {
-	case err != nil:
-		return err
-	case n != 1:
-		return redis.Nil
-	}
-	return nil
+// acquireAll runs acquire_all.lua on master m: true when it set every key,
+// false when some key was held.
+func acquireAll(ctx context.Context, m driver.Conn, keys []string, args []any) (bool, error) {
+	n, err := evalInt(ctx, m, acquireAllScript, keys, args...)
+	return err == nil && n == 1, err
 }
 
 // sameHashTag reports whether every resource's lock key has the same

@@ -16,6 +16,8 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 func TestVoteOf(t *testing.T) {
@@ -147,7 +149,7 @@ func TestLockObserver(t *testing.T) {
 	servers := redistest.StartN(t, 3, redisserver.Options{})
 	masters := make([]Master, len(servers))
 	for i, s := range servers {
-		masters[i] = newClient(t, s.Addr()) // dials once: a master that is gone fails at once
+		masters[i] = goredis.Conn(newClient(t, s.Addr())) // dials once: a master that is gone fails at once
 	}
 	obs := newLockLog()
 	c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(nodeTimeout), WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
@@ -264,7 +266,7 @@ func TestObserverAllocs(t *testing.T) {
 	client := func(opts ...Option) *Client {
 		masters := make([]Master, len(servers))
 		for i, s := range servers {
-			masters[i] = redistest.Client(t, s.Addr())
+			masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 		}
 		return newTestClient(t, masters, opts...)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/nilcheck"
 )
@@ -95,7 +96,7 @@ type Minter interface {
 // satisfies it.
 type NodeMinter interface {
 	Minter
-	Node() fence.CounterNode
+	Node() driver.Conn
 }
 
 var _ NodeMinter = (*fence.RedisCounter)(nil)

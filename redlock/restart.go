@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 
 	"quorumlock.dev/internal/clockdrift"
 )
@@ -136,14 +136,21 @@ func (c *Client) startGuard() {
 		gm := &g.masters[i]
 		gm.off = c.cfg.restartInterval == 0
 		c.initClock(i)
-		if _, ok := m.(*redis.ClusterClient); ok {
-			// INFO and TIME reach one node of the cluster, a different one
-			// each time: its run_id would flap, its clock seem to jump.
+		// INFO and TIME of a cluster reach one node of several, a
+		// different one each time: its run_id would flap, its clock seem
+		// to jump.
+		why := ""
+		if _, ok := m.(driver.Inspector); !ok {
+			why = "its driver cannot read INFO or TIME"
+		} else if describe(m).Cluster != nil {
+			why = "it is a cluster"
+		}
+		if why != "" {
 			if !gm.off {
-				c.cfg.logger.Warn("redlock: the restart guard does not watch a cluster master; it is never quarantined", "master", c.addrs[i])
+				c.cfg.logger.Warn("redlock: the restart guard does not watch this master ("+why+"); it is never quarantined", "master", c.addrs[i])
 			}
 			if !gm.clock.off {
-				c.cfg.logger.Warn("redlock: the clock monitor does not watch a cluster master", "master", c.addrs[i])
+				c.cfg.logger.Warn("redlock: the clock monitor does not watch this master ("+why+")", "master", c.addrs[i])
 			}
 			gm.off, gm.clock.off = true, true
 		}
@@ -212,8 +219,7 @@ func (c *Client) sample(ctx context.Context, i int) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-	cmd := redis.NewStringCmd(cctx, "info", "server")
-	err := c.masters[i].Process(cctx, cmd)
+	info, err := c.masters[i].(driver.Inspector).Info(cctx, "server")
 	cancel()
 	// The reply came before now: the master started at most uptime before it.
 	now := c.nanos()
@@ -222,7 +228,7 @@ func (c *Client) sample(ctx context.Context, i int) {
 	}
 	runID, uptime, ok := "", time.Duration(0), false
 	if err == nil {
-		runID, uptime, ok = parseServerInfo(cmd.Val())
+		runID, uptime, ok = parseServerInfo(info)
 	}
 	if err != nil && !refused(err) {
 		// No reply, or a passing error (LOADING, BUSY): a later sample decides.

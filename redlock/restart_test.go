@@ -16,6 +16,8 @@ import (
 
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // quarantineLog records what a QuarantineObserver hears.
@@ -61,7 +63,7 @@ func agedServers(t *testing.T, n int, age time.Duration, opt redisserver.Options
 	servers := redistest.StartN(t, n, opt)
 	masters := make([]Master, n)
 	for i, s := range servers {
-		masters[i] = newClient(t, s.Addr())
+		masters[i] = goredis.Conn(newClient(t, s.Addr()))
 	}
 	for _, s := range servers {
 		rc := redistest.Client(t, s.Addr())
@@ -212,7 +214,7 @@ func TestRestartGuardWithoutInfo(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newQuarantineLog()
 	var logs syncBuffer
-	c := newTestClient(t, []Master{m}, WithRestartGuard(50*time.Millisecond), WithObserver(obs),
+	c := newTestClient(t, conns(m), WithRestartGuard(50*time.Millisecond), WithObserver(obs),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read INFO") }, 10*time.Second, 10*time.Millisecond)
@@ -252,7 +254,7 @@ func TestRestartGuardAllocs(t *testing.T) {
 	client := func(opts ...Option) *Client {
 		masters := make([]Master, len(servers))
 		for i, s := range servers {
-			masters[i] = redistest.Client(t, s.Addr())
+			masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 		}
 		c := newTestClient(t, masters, opts...)
 		t.Cleanup(func() { _ = c.Close() })

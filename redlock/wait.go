@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"quorumlock.dev/driver"
 
 	"quorumlock.dev/internal/quorum"
 )
@@ -28,19 +28,12 @@ import (
 var (
 	//go:embed scripts/holder.lua
 	holderLua    string
-	holderScript = redis.NewScript(holderLua)
+	holderScript = driver.NewScript(holderLua)
 )
 
 // wakeJitter spreads the waiters that wake at one expiry, so that they do
 // not all send their SETs at the same instant.
 const wakeJitter = time.Millisecond
-
-// subscribable is a master that can open a subscription connection:
-// *redis.Client and *redis.ClusterClient. Other masters are waited on by
-// the timer alone.
-type subscribable interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
 
 // pusher is a Client's subscriptions, one per master that can subscribe,
 // made at the first wait. The zero value is ready to use.
@@ -58,7 +51,7 @@ type pusher struct {
 // the connection itself, so a master that hangs holds these two goroutines
 // and nothing else.
 type subscriber struct {
-	ps   *redis.PubSub
+	ps   driver.Subscription
 	kick chan struct{} // cap 1: something for write to do
 	done chan struct{}
 
@@ -124,7 +117,7 @@ func (c *Client) startSubscribers() {
 	p.cancel = cancel
 	p.subs = make([]*subscriber, len(c.masters))
 	for i, m := range c.masters {
-		sm, ok := m.(subscribable)
+		sm, ok := m.(driver.Subscriber) // others are waited on by the timer alone
 		if !ok {
 			continue
 		}
@@ -317,8 +310,8 @@ func (s *subscriber) write(ctx context.Context, c *Client, i int) {
 func (s *subscriber) read(ctx context.Context, c *Client, i int) {
 	failures := 0
 	for {
-		// No read deadline: Close closes the connection, which ends the read.
-		msg, err := s.ps.ReceiveTimeout(ctx, 0)
+		// Close closes the connection, which ends the read.
+		msg, err := s.ps.Receive(ctx)
 		select {
 		case <-s.done:
 			return
@@ -335,11 +328,10 @@ func (s *subscriber) read(ctx context.Context, c *Client, i int) {
 			continue
 		}
 		failures = 0
-		switch m := msg.(type) {
-		case *redis.Message:
-			s.deliver(m.Channel, m.Payload)
-		case *redis.Pong:
-			s.pong(m.Payload)
+		if msg.Pong {
+			s.pong(msg.Payload)
+		} else {
+			s.deliver(msg.Channel, msg.Payload)
 		}
 	}
 }
@@ -531,7 +523,7 @@ func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key strin
 		if !ok {
 			return false, errStuck
 		}
-		vals, err := holderScript.Run(ctx, c.masters[i], keys).Slice()
+		vals, err := evalSlice(ctx, c.masters[i], holderScript, keys)
 		c.exit(ctx, i, probe, err)
 		if err != nil || len(vals) != 2 {
 			return false, err

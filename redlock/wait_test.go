@@ -16,6 +16,8 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // roundOf makes a finished round whose nodes gave answers.
@@ -69,7 +71,7 @@ func TestWakeAfter(t *testing.T) {
 func waitMasters(t *testing.T, n int) (masters []Master, admin []*redis.Client) {
 	t.Helper()
 	for _, s := range redistest.StartN(t, n, redisserver.Options{}) {
-		masters = append(masters, redistest.Client(t, s.Addr()))
+		masters = append(masters, goredis.Conn(redistest.Client(t, s.Addr())))
 		admin = append(admin, redistest.Client(t, s.Addr()))
 	}
 	return masters, admin
@@ -78,7 +80,7 @@ func waitMasters(t *testing.T, n int) (masters []Master, admin []*redis.Client) 
 func counting(masters []Master, sets *atomic.Int64) []Master {
 	out := make([]Master, len(masters))
 	for i, m := range masters {
-		out[i] = countingMaster{m.(*redis.Client), sets}
+		out[i] = countingMaster{m.(full), sets}
 	}
 	return out
 }
@@ -354,5 +356,26 @@ func TestWaitWithoutSubscribe(t *testing.T) {
 	defer c.push.mu.Unlock()
 	for _, s := range c.push.subs {
 		assert.Nil(t, s, "a subscriber for a master without Subscribe")
+	}
+	// Check says so: a driver that cannot subscribe is not silent.
+	rep, err := c.Check(ctx)
+	require.NoError(t, err)
+	for _, n := range rep.Masters {
+		found := false
+		for _, f := range n.Findings {
+			if f.Setting == "push wake-up" {
+				found = true
+				assert.Equal(t, Warning, f.Status)
+				assert.Equal(t, "no", f.Value)
+			}
+		}
+		assert.True(t, found, "%s: no push wake-up finding", n.Node)
+	}
+	full, err := New(masters)
+	require.NoError(t, err)
+	rep, err = full.Check(ctx)
+	require.NoError(t, err)
+	for _, f := range rep.Masters[0].Findings {
+		assert.NotEqual(t, "push wake-up", f.Setting, "a master that can subscribe")
 	}
 }

@@ -18,6 +18,10 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // checkInvocation is a parsed `redlock-bench check` command line.
@@ -127,13 +131,13 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 		clients = append(clients, c)
 		return c
 	}
-	masters := make([]redlock.Master, len(inv.masters))
+	masters := make([]driver.Conn, len(inv.masters))
 	for i, o := range inv.masters {
-		masters[i] = dial(o)
+		masters[i] = goredis.Conn(dial(o))
 	}
 	opts := []redlock.Option{redlock.WithNodeTimeout(inv.nodeTimeout)}
 	if inv.fence != nil {
-		counter, err := fence.NewRedisCounter(dial(inv.fence))
+		counter, err := fence.NewRedisCounter(goredis.Conn(dial(inv.fence)))
 		if err != nil {
 			return redlock.Report{}, err
 		}

@@ -24,6 +24,10 @@ import (
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 var zapNop = zap.NewNop()
@@ -349,9 +353,9 @@ func TestBadInput(t *testing.T) {
 func TestLockWithoutFenceQuorum(t *testing.T) {
 	c := startCluster(t, 3)
 	servers := redistest.StartN(t, 3, redisserver.Options{})
-	masters := make([]redlock.Master, len(servers))
+	masters := make([]driver.Conn, len(servers))
 	for i, s := range servers {
-		masters[i] = redistest.Client(t, s.Addr())
+		masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 	}
 	// A node timeout with room for a loaded machine under -race: the quorum
 	// must be won for the mint to be tried at all.
@@ -382,7 +386,7 @@ func TestLockWithoutFenceQuorum(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, ttl+time.Second, "the mint must end with the lock's validity")
 	for _, m := range masters {
-		n, err := m.(*redis.Client).Exists(ctx, "lock:"+res).Result()
+		n, err := goredis.Unwrap(m).(*redis.Client).Exists(ctx, "lock:"+res).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "a lock whose fence failed must be released")
 	}

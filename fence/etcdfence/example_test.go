@@ -14,6 +14,10 @@ import (
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // etcdfence.Minter mints for redlock.WithFence.
@@ -25,7 +29,7 @@ var _ redlock.Minter = (*etcdfence.Minter)(nil)
 // without an etcd quorum it fails with redlock.ErrFenceUnavailable and hands
 // out no lock.
 func ExampleMinter() {
-	var masters []redlock.Master // the Redis masters, one client each
+	var masters []driver.Conn // your Redis masters: goredis.Masters(rdb1, rdb2, rdb3)
 	if masters == nil {
 		return // this example shows the calls; it needs masters and etcd to run
 	}
@@ -37,7 +41,7 @@ func ExampleMinter() {
 
 // lockWithEtcdFence takes alloc:WH-01 with a fence that is an etcd revision;
 // endpoints are the etcd cluster's members.
-func lockWithEtcdFence(ctx context.Context, masters []redlock.Master, endpoints []string) error {
+func lockWithEtcdFence(ctx context.Context, masters []driver.Conn, endpoints []string) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints})
 	if err != nil {
 		return err
@@ -76,9 +80,9 @@ func write(ctx context.Context, token uint64) error {
 func TestLockWithEtcdFence(t *testing.T) {
 	c := startCluster(t, 1)
 	servers := redistest.StartN(t, 3, redisserver.Options{})
-	masters := make([]redlock.Master, len(servers))
+	masters := make([]driver.Conn, len(servers))
 	for i, s := range servers {
-		masters[i] = redistest.Client(t, s.Addr())
+		masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 	}
 	var err error
 	// The example keeps the default 50 ms node timeout, which a loaded

@@ -38,6 +38,7 @@ type Round struct {
 	agreed, refused, failed, pending int
 
 	nodes    []node
+	small    [5]node         // nodes of a round of at most 5
 	deadline time.Time       // start + timeout
 	calls    context.Context // the calls' context: done at the deadline or once every call returned
 	cancel   context.CancelFunc
@@ -159,7 +160,12 @@ type Group struct {
 func (g Group) Do(ctx context.Context, call Call) *Round {
 	n, need, timeout := g.Nodes, g.Need, g.Timeout
 	waitAll := need <= 0 || need > n
-	r := &Round{nodes: make([]node, n), deadline: time.Now().Add(timeout)}
+	r := &Round{deadline: time.Now().Add(timeout)}
+	if n <= len(r.small) {
+		r.nodes = r.small[:n] // one allocation for the usual round
+	} else {
+		r.nodes = make([]node, n)
+	}
 	if n == 0 {
 		return r
 	}

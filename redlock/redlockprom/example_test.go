@@ -11,6 +11,8 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
 	"quorumlock.dev/redlock/redlockprom"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // One Metrics is the client's observer, the guard's hook and a collector.
@@ -22,11 +24,11 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 
-	var masters []redlock.Master
+	var rdbs []*redis.Client
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
-		masters = append(masters, redis.NewClient(&redis.Options{Addr: addr}))
+		rdbs = append(rdbs, redis.NewClient(&redis.Options{Addr: addr}))
 	}
-	client, err := redlock.New(masters, redlock.WithObserver(m))
+	client, err := redlock.New(goredis.Masters(rdbs...), redlock.WithObserver(m))
 	if err != nil {
 		log.Fatal(err)
 	}

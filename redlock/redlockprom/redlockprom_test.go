@@ -20,6 +20,10 @@ import (
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // scrape reads every series of reg: a counter's or gauge's value, a
@@ -88,10 +92,10 @@ func TestSeriesMove(t *testing.T) {
 	masterServers, fenceServer, storeServer := servers[:3], servers[3], servers[4]
 	unsafeServer := redistest.Start(t, redisserver.Options{Args: []string{"--maxmemory-policy", "allkeys-lru"}})
 	addr := func(i int) string { return masterServers[i].Addr() }
-	masters := func() []redlock.Master {
-		ms := make([]redlock.Master, len(masterServers))
+	masters := func() []driver.Conn {
+		ms := make([]driver.Conn, len(masterServers))
 		for i, s := range masterServers {
-			ms[i] = dialOnce(t, s.Addr())
+			ms[i] = goredis.Conn(dialOnce(t, s.Addr()))
 		}
 		return ms
 	}
@@ -115,7 +119,7 @@ func TestSeriesMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
-	counter, err := fence.NewRedisCounter(dialOnce(t, fenceServer.Addr()))
+	counter, err := fence.NewRedisCounter(goredis.Conn(dialOnce(t, fenceServer.Addr())))
 	require.NoError(t, err)
 	c, err := redlock.New(masters(), redlock.WithObserver(m), redlock.WithFence(counter),
 		redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
@@ -149,8 +153,8 @@ func TestSeriesMove(t *testing.T) {
 	older, _ := l.Fence()
 	newer, _ := l2.Fence()
 	require.Less(t, older, newer)
-	require.NoError(t, guard.Set(ctx, store, "metrics:stock", "from the new holder", newer, 0))
-	require.ErrorIs(t, guard.Set(ctx, store, "metrics:stock", "from the old holder", older, 0), fence.ErrFenceRejected)
+	require.NoError(t, guard.Set(ctx, goredis.Conn(store), "metrics:stock", "from the new holder", newer, 0))
+	require.ErrorIs(t, guard.Set(ctx, goredis.Conn(store), "metrics:stock", "from the old holder", older, 0), fence.ErrFenceRejected)
 	require.NoError(t, l2.Unlock(ctx))
 
 	// A holder that makes no progress loses the lock to its renewer.
@@ -181,7 +185,7 @@ func TestSeriesMove(t *testing.T) {
 	// A strict client over a master that evicts: refused, and Check's
 	// findings recorded.
 	// A node timeout long enough that Check reads the policy on a loaded machine.
-	unsafe, err := redlock.New([]redlock.Master{dialOnce(t, unsafeServer.Addr())}, redlock.WithObserver(m),
+	unsafe, err := redlock.New([]driver.Conn{goredis.Conn(dialOnce(t, unsafeServer.Addr()))}, redlock.WithObserver(m),
 		redlock.WithStrictCheck(), redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	_, err = unsafe.TryLock(ctx, "metrics:unsafe", ttl)
@@ -283,9 +287,9 @@ func TestSeriesMove(t *testing.T) {
 // resources make no series that one did not.
 func TestSeriesDoNotGrowWithResources(t *testing.T) {
 	servers := redistest.StartN(t, 3, redisserver.Options{})
-	ms := make([]redlock.Master, len(servers))
+	ms := make([]driver.Conn, len(servers))
 	for i, s := range servers {
-		ms[i] = dialOnce(t, s.Addr())
+		ms[i] = goredis.Conn(dialOnce(t, s.Addr()))
 	}
 	m, reg := newMetrics(t)
 	c, err := redlock.New(ms, redlock.WithObserver(m), redlock.WithNodeTimeout(200*time.Millisecond))

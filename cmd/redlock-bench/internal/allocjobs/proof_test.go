@@ -28,6 +28,10 @@ import (
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 func TestMain(m *testing.M) {
@@ -87,11 +91,11 @@ func newStack(t *testing.T) *stack {
 // PostgreSQL counter when fenced is set.
 func (s *stack) client(t *testing.T, fenced bool, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
-	var masters []redlock.Master
+	var masters []driver.Conn
 	for _, a := range s.masters {
 		c := redis.NewClient(&redis.Options{Addr: a})
 		t.Cleanup(func() { _ = c.Close() })
-		masters = append(masters, c)
+		masters = append(masters, goredis.Conn(c))
 	}
 	// 100 ms: a clean-clone CI run once saw every call of an attempt miss 20 ms.
 	opts = append([]redlock.Option{redlock.WithNodeTimeout(100 * time.Millisecond)}, opts...)
@@ -254,9 +258,9 @@ func holder() int {
 		return 1
 	}
 	defer pool.Close()
-	var masters []redlock.Master
+	var masters []driver.Conn
 	for _, a := range strings.Split(os.Getenv("QUORUMLOCK_MASTERS"), ",") {
-		masters = append(masters, redis.NewClient(&redis.Options{Addr: a}))
+		masters = append(masters, goredis.Conn(redis.NewClient(&redis.Options{Addr: a})))
 	}
 	counter, err := pgfence.NewCounter(pool)
 	if err != nil {
@@ -300,11 +304,11 @@ func TestFenceUnavailable(t *testing.T) {
 	counterSrv := redistest.Start(t, redisserver.Options{})
 	node := redis.NewClient(&redis.Options{Addr: counterSrv.Addr(), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = node.Close() })
-	counter, err := fence.NewRedisCounter(node)
+	counter, err := fence.NewRedisCounter(goredis.Conn(node))
 	require.NoError(t, err)
-	var masters []redlock.Master
+	var masters []driver.Conn
 	for _, a := range s.masters {
-		masters = append(masters, redistest.Client(t, a))
+		masters = append(masters, goredis.Conn(redistest.Client(t, a)))
 	}
 	c, err := redlock.New(masters, redlock.WithFence(counter), redlock.WithRetry(3, 10*time.Millisecond, 10*time.Millisecond))
 	require.NoError(t, err)
@@ -355,13 +359,13 @@ func TestLoad500PerSecond(t *testing.T) {
 
 	counterSrv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
 	counterNode := redistest.Client(t, counterSrv.Addr())
-	counter, err := fence.NewRedisCounter(counterNode)
+	counter, err := fence.NewRedisCounter(goredis.Conn(counterNode))
 	require.NoError(t, err)
 	clock, err := counterNode.Time(ctx).Result()
 	require.NoError(t, err)
-	var masters []redlock.Master
+	var masters []driver.Conn
 	for _, a := range s.masters {
-		masters = append(masters, redistest.Client(t, a))
+		masters = append(masters, goredis.Conn(redistest.Client(t, a)))
 	}
 	// A generous node timeout: this test is about the fences under load, and
 	// a busy CI machine must not turn a slow answer into a failed release.

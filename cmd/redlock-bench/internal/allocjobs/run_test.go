@@ -14,6 +14,10 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // startEmbedded is an in-process Redis whose keys expire in real time:
@@ -39,11 +43,11 @@ func lockClient(t *testing.T, fenced bool) *redlock.Client {
 		counterSrv := startEmbedded(t)
 		node := redis.NewClient(&redis.Options{Addr: counterSrv.Addr(), PoolSize: 64})
 		t.Cleanup(func() { _ = node.Close() })
-		counter, err := fence.NewRedisCounter(node)
+		counter, err := fence.NewRedisCounter(goredis.Conn(node))
 		require.NoError(t, err)
 		opts = append(opts, redlock.WithFence(counter))
 	}
-	c, err := redlock.New([]redlock.Master{master}, opts...)
+	c, err := redlock.New([]driver.Conn{goredis.Conn(master)}, opts...)
 	require.NoError(t, err)
 	return c
 }

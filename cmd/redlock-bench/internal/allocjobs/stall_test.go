@@ -12,6 +12,10 @@ import (
 
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // hungMaster is the address of a Redis that accepts connections and never
@@ -31,7 +35,7 @@ func hungMaster(t *testing.T) string {
 func TestRunStalls(t *testing.T) {
 	master := redis.NewClient(&redis.Options{Addr: hungMaster(t), MaxRetries: -1})
 	t.Cleanup(func() { _ = master.Close() })
-	c, err := redlock.New([]redlock.Master{master},
+	c, err := redlock.New([]driver.Conn{goredis.Conn(master)},
 		redlock.WithRetry(0, time.Millisecond, time.Millisecond), redlock.WithNodeTimeout(10*time.Millisecond))
 	require.NoError(t, err)
 	cfg := Config{Jobs: 20, SKUs: 4, Workers: 4, TTL: 100 * time.Millisecond, Stock: 100, Stall: 500 * time.Millisecond}

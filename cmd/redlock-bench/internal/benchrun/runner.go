@@ -27,6 +27,10 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // Scenarios lists what -scenario accepts.
@@ -199,9 +203,9 @@ func (s *setup) redisClient(addr string) *redis.Client {
 // poll hides the masters' Subscribe, so that a waiter sleeps the retry
 // delay as Lock did before its release was pushed to waiters.
 func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, error) {
-	masters := make([]redlock.Master, len(addrs))
+	masters := make([]driver.Conn, len(addrs))
 	for i, a := range addrs {
-		masters[i] = s.redisClient(a)
+		masters[i] = goredis.Conn(s.redisClient(a))
 		if poll {
 			masters[i] = plainMaster{masters[i]}
 		}
@@ -212,7 +216,7 @@ func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, er
 		opts = append(opts, redlock.WithFairness(max(redlock.DefaultFairEntryTTL, 4*s.cfg.NodeTimeout)))
 	}
 	if s.cfg.Fence {
-		counter, err := fence.NewRedisCounter(s.redisClient(s.env.Fence))
+		counter, err := fence.NewRedisCounter(goredis.Conn(s.redisClient(s.env.Fence)))
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +230,7 @@ func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, er
 }
 
 // plainMaster is a master with only the Master methods: no Subscribe.
-type plainMaster struct{ redlock.Master }
+type plainMaster struct{ driver.Conn }
 
 func (s *setup) proxy(upstream string, delay time.Duration) (string, error) {
 	p, err := faultproxy.New(upstream)

@@ -25,6 +25,10 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/pgserver"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // Config is one run: the jobs, the servers and the lock's node timeout.
@@ -100,11 +104,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		clients = append(clients, cl)
 		return cl
 	}
-	masters := make([]redlock.Master, len(env.Masters))
+	masters := make([]driver.Conn, len(env.Masters))
 	for i, a := range env.Masters {
-		masters[i] = dial(a)
+		masters[i] = goredis.Conn(dial(a))
 	}
-	counter, err := fence.NewRedisCounter(dial(env.Fence))
+	counter, err := fence.NewRedisCounter(goredis.Conn(dial(env.Fence)))
 	if err != nil {
 		return nil, err
 	}

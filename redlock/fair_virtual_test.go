@@ -1,0 +1,62 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFairOrderVirtual: waiters of separate fair clients (separate
+// processes) get the lock in the order they came, each from its
+// predecessor's release in the same virtual instant (handed over by the
+// release script and pushed, not by a timer), on masters that run the
+// shipped fair_lock.lua and release.lua.
+func TestFairOrderVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		ctx := context.Background()
+		clients := make([]*Client, 4)
+		for i := range clients {
+			clients[i] = virtualClient(t, masters, WithFairness(3*time.Second))
+		}
+		holder, err := clients[0].TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+
+		type win struct {
+			who int
+			l   *Lock
+			at  time.Time
+		}
+		wins := make(chan win, 3)
+		for who := 1; who <= 3; who++ {
+			go func() {
+				l, err := clients[who].Lock(ctx, "job", time.Minute)
+				if assert.NoError(t, err, "waiter %d", who) {
+					wins <- win{who, l, time.Now()}
+				}
+			}()
+			time.Sleep(time.Millisecond) // arrivals a millisecond apart
+			synctest.Wait()              // queued on the masters
+		}
+		synctest.Wait()
+		select {
+		case w := <-wins:
+			t.Fatalf("waiter %d won while the lock was held", w.who)
+		default:
+		}
+		released := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		for want := 1; want <= 3; want++ {
+			w := <-wins
+			assert.Equal(t, want, w.who, "out of arrival order")
+			assert.Equal(t, released, w.at, "not handed over at the release")
+			time.Sleep(10 * time.Millisecond)
+			released = time.Now()
+			require.NoError(t, w.l.Unlock(ctx))
+		}
+	})
+}

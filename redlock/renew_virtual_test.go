@@ -1,0 +1,244 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/memredis"
+)
+
+// The renewer of Lock.Renew in virtual time: every bound below is exact,
+// whatever the machine's load.
+
+// renewWorld is three in-memory masters and a client that records what its
+// observer is told; make it inside the bubble.
+type renewWorld struct {
+	servers []*memredis.Server
+	client  *Client
+	obs     *recorder
+}
+
+func newRenewWorld(t *testing.T) renewWorld {
+	servers, masters := memMasters(3)
+	obs := &recorder{}
+	return renewWorld{servers: servers, client: virtualClient(t, masters, WithObserver(obs)), obs: obs}
+}
+
+// holding counts the masters whose key holds l's token, once every call
+// in flight has landed.
+func (w renewWorld) holding(l *Lock) int {
+	synctest.Wait()
+	n := 0
+	for _, s := range w.servers {
+		if v, ok := s.Get(l.key); ok && v == l.Token() {
+			n++
+		}
+	}
+	return n
+}
+
+// lead is when the renewer of a lock on ttl checks: this long before Until.
+func (w renewWorld) lead(ttl time.Duration) time.Duration {
+	lease := w.client.lease(ttl)
+	return max(lease/3, 2*w.client.cfg.nodeTimeout)
+}
+
+// ended waits, at most a virtual minute, for ctx to end, and returns when.
+func ended(t *testing.T, ctx context.Context) time.Time {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return time.Now()
+	case <-time.After(time.Minute):
+		t.Fatal("the lock's context did not end")
+		return time.Time{}
+	}
+}
+
+// progressing calls l.Progress every period until stop.
+func progressing(l *Lock, period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				l.Progress()
+			}
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+func TestRenewVirtual(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a stalled worker loses the lock at the first check", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 1500 * time.Millisecond
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			until := l.Until()
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			lost := ended(t, l.Context())
+			assert.Equal(t, until.Add(-w.lead(ttl)), lost, "not lost at the renewer's check")
+			cause := context.Cause(l.Context())
+			assert.ErrorIs(t, cause, ErrLockLost)
+			assert.ErrorIs(t, cause, ErrNoProgress)
+			told := w.obs.told()
+			require.Len(t, told, 1, "the observer hears of the failure before the context ends")
+			assert.ErrorIs(t, told[0], ErrNoProgress)
+			assert.Zero(t, w.holding(l), "the renewer did not free the masters")
+			assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld)
+		})
+	})
+	t.Run("a progressing worker keeps it over many TTLs", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			first := l.Until()
+			stop := progressing(l, 20*time.Millisecond)
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			time.Sleep(20 * ttl)
+			select {
+			case <-l.Context().Done():
+				t.Fatalf("lost while progressing: %v", context.Cause(l.Context()))
+			default:
+			}
+			assert.Greater(t, l.Until().Sub(first), 19*ttl, "not extended each time")
+			assert.Equal(t, 3, w.holding(l))
+			stop()
+			require.NoError(t, l.Unlock(ctx))
+			assert.Empty(t, w.obs.told())
+			assertStopped(t, l)
+		})
+	})
+	t.Run("keys deleted behind its back: Extend fails at the check", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			until := l.Until()
+			stop := progressing(l, 20*time.Millisecond)
+			defer stop()
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			synctest.Wait()
+			for _, s := range w.servers {
+				s.Del(l.key)
+			}
+			lost := ended(t, l.Context())
+			assert.Equal(t, until.Add(-w.lead(ttl)), lost)
+			cause := context.Cause(l.Context())
+			assert.ErrorIs(t, cause, ErrLockLost)
+			assert.ErrorIs(t, cause, ErrLockNotHeld, "the cause carries Extend's error")
+			told := w.obs.told()
+			require.Len(t, told, 1)
+			assert.ErrorIs(t, told[0], ErrLockNotHeld)
+		})
+	})
+	t.Run("max hold ends it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			start := time.Now()
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			until := l.Until()
+			stop := progressing(l, 20*time.Millisecond)
+			defer stop()
+			maxHold := 700 * time.Millisecond
+			require.NoError(t, l.Renew(ttl, maxHold))
+			lost := ended(t, l.Context())
+			assert.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
+			assert.True(t, lost.After(until.Add(-w.lead(ttl))), "never extended before max hold")
+			assert.False(t, lost.After(start.Add(maxHold)), "held past the maximum")
+			told := w.obs.told()
+			require.Len(t, told, 1)
+			assert.ErrorIs(t, told[0], ErrMaxHold)
+			assert.Zero(t, w.holding(l))
+		})
+	})
+	t.Run("two of three masters down: the next extension ends it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			until := l.Until()
+			stop := progressing(l, 20*time.Millisecond)
+			defer stop()
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			for _, s := range w.servers[:2] {
+				s.Fail(memredis.ErrDown)
+			}
+			lost := ended(t, l.Context())
+			assert.Equal(t, until.Add(-w.lead(ttl)), lost)
+			assert.ErrorIs(t, context.Cause(l.Context()), ErrLockLost)
+			assert.ErrorIs(t, context.Cause(l.Context()), ErrQuorumUnavailable)
+			require.Len(t, w.obs.told(), 1)
+		})
+	})
+	t.Run("Do returns fn's error joined with the loss, told once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			stalled := errors.New("stalled")
+			err := w.client.Do(ctx, "job", ttl, func(ctx context.Context, l *Lock) error {
+				require.NoError(t, l.Renew(ttl, time.Minute))
+				ended(t, ctx)
+				return stalled
+			})
+			assert.ErrorIs(t, err, stalled)
+			assert.ErrorIs(t, err, ErrLockLost)
+			assert.ErrorIs(t, err, ErrNoProgress)
+			assert.Equal(t, 1, strings.Count(err.Error(), ErrLockLost.Error()), "the loss is told once: %v", err)
+
+			err = w.client.Do(ctx, "job2", ttl, func(ctx context.Context, l *Lock) error {
+				require.NoError(t, l.Renew(ttl, time.Minute))
+				ended(t, ctx)
+				return context.Cause(ctx)
+			})
+			assert.ErrorIs(t, err, ErrNoProgress)
+			assert.Equal(t, 1, strings.Count(err.Error(), ErrLockLost.Error()), "the loss is told once: %v", err)
+		})
+	})
+}
+
+// TestRenewUnlockRaceVirtual: Unlock at every millisecond around the
+// renewer's check, the check's own instant included (where the two run at
+// the same virtual moment, in either order): Unlock wins, the renewer
+// stops quietly, and nothing is reported as failed.
+func TestRenewUnlockRaceVirtual(t *testing.T) {
+	for i := range 21 {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ttl := 300 * time.Millisecond
+			l, err := w.client.TryLock(context.Background(), "job", ttl)
+			require.NoError(t, err)
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			l.Progress()
+			check := l.Until().Add(-w.lead(ttl))
+			time.Sleep(time.Until(check.Add(time.Duration(i-10) * time.Millisecond)))
+			require.NoError(t, l.Unlock(context.Background()), "unlock %d ms from the check", i-10)
+			assertStopped(t, l)
+			assert.Empty(t, w.obs.told())
+			assert.Zero(t, w.holding(l))
+		})
+	}
+}
