@@ -147,11 +147,7 @@ func (c *Client) checkNode(ctx context.Context, name string, node driver.Conn, r
 			Why: "its driver cannot read INFO or CONFIG: the server's settings are unknown"}}
 		return NodeReport{Node: name, Addr: label(d), Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
 	}
-	var info string
-	err := c.within(ctx, func(ctx context.Context) (err error) {
-		info, err = insp.Info(ctx, "")
-		return err
-	})
+	info, err := within(ctx, c.cfg.nodeTimeout, func(ctx context.Context) (string, error) { return insp.Info(ctx, "") })
 	if err == nil {
 		for line := range strings.Lines(info) {
 			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
@@ -168,11 +164,7 @@ func (c *Client) checkNode(ctx context.Context, name string, node driver.Conn, r
 	down := false
 	for _, p := range []string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite", "save"} {
 		if !down {
-			var got map[string]string
-			err := c.within(ctx, func(ctx context.Context) (err error) {
-				got, err = insp.ConfigGet(ctx, p)
-				return err
-			})
+			got, err := within(ctx, c.cfg.nodeTimeout, func(ctx context.Context) (map[string]string, error) { return insp.ConfigGet(ctx, p) })
 			if v, ok := got[p]; err == nil && ok {
 				s[p] = v
 				continue
@@ -211,24 +203,31 @@ func (n NodeReport) Reachable() bool {
 	return true
 }
 
-// within runs call bounded by the node timeout, on a goroutine of its own:
-// go-redis honours a deadline in reads only with ContextTimeoutEnabled.
-func (c *Client) within(ctx context.Context, call func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-	done := make(chan error, 1)
+// within runs call bounded by timeout, on a goroutine of its own: a
+// driver may not honour a deadline (go-redis in reads only with
+// ContextTimeoutEnabled). A call given up returns later into nothing.
+func within[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	done := make(chan answer, 1)
 	go func() {
 		defer cancel()
-		done <- call(ctx)
+		v, err := call(ctx)
+		done <- answer{v, err}
 	}()
 	select {
-	case err := <-done:
-		return err
+	case a := <-done:
+		return a.v, a.err
 	case <-ctx.Done():
 		select {
-		case err := <-done:
-			return err
+		case a := <-done:
+			return a.v, a.err
 		default:
-			return ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		}
 	}
 }

@@ -120,3 +120,23 @@ func TestVirtualPushWakeUp(t *testing.T) {
 		assert.Less(t, at.Sub(released), 10*time.Millisecond, "the waiter was not woken by the release")
 	})
 }
+
+// TestCheckHungMasterVirtual: Check gives a master that never answers one
+// node timeout for INFO and one for the first CONFIG GET, reports it
+// unreachable, and reads the others; the calls it gave up on end later
+// without touching the report (the race detector watches).
+func TestCheckHungMasterVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		c := virtualClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+		servers[2].Hang()
+		start := time.Now()
+		rep, err := c.Check(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, 200*time.Millisecond, time.Since(start), "not bounded by two node timeouts")
+		assert.False(t, rep.Masters[2].Reachable())
+		assert.True(t, rep.Masters[0].Reachable())
+		assert.True(t, rep.Masters[1].Reachable())
+		servers[2].Resume()
+	})
+}
