@@ -7,6 +7,9 @@
 // to package chaoscheck, and [Run] sums the runs of a scenario into a [Row] that says whether
 // the fence held where the lock did not. docs/chaos.md has the table and the reasoning.
 //
-// It starts everything it uses on loopback or in network namespaces of its own, in temporary
-// dirs, and stops it by pid; it never touches servers it did not start.
+// The scenarios are here, one file per family of faults, each fault a type that holds what its
+// run needs; a run's servers, store and workers are package chaosworld's, the worker process is
+// package chaosworker's, and the row and the invariants every scenario keeps are package
+// chaosreport's. It starts everything it uses on loopback or in network namespaces of its own,
+// in temporary dirs, and stops it by pid; it never touches servers it did not start.
 package chaos

@@ -13,15 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
+	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
 )
+
+// ErrNotInstalled says that a server an option needs is not on this machine.
+var ErrNotInstalled = errors.New("choose: server not installed")
 
 // ErrConfig wraps every invalid [Config].
 var ErrConfig = errors.New("choose: bad configuration")
@@ -141,17 +141,11 @@ type Row struct {
 type option interface {
 	fence() string
 	// locker returns one goroutine's way to lock, for locks of ttl.
-	locker(ctx context.Context, ttl time.Duration) (locker, error)
+	locker(ctx context.Context, ttl time.Duration) (lockload.Locker, error)
 	// stale runs the paused-holder experiment: accepted, and what was seen.
 	stale(ctx context.Context, cfg Config) (bool, string, error)
 	// failover kills a primary or member while a lock is held and says what followed.
 	failover(ctx context.Context, cfg Config) (string, error)
-	close()
-}
-
-// locker takes one lock at a time; held false means another holder had it.
-type locker interface {
-	acquire(ctx context.Context, key string, ttl time.Duration) (release func(context.Context) error, held bool, err error)
 	close()
 }
 
@@ -238,10 +232,10 @@ func open(ctx context.Context, cfg Config, name string) (option, error) {
 // measure runs c goroutines, each with its own locker, taking and releasing locks on random
 // keys for cfg.Duration. Failed calls are counted; a row without a single cycle is an error.
 func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
-	lockers := make([]locker, 0, c)
+	lockers := make([]lockload.Locker, 0, c)
 	defer func() {
 		for _, l := range lockers {
-			l.close()
+			l.Close()
 		}
 	}()
 	for range c {
@@ -251,67 +245,10 @@ func measure(ctx context.Context, cfg Config, opt option, c int) (Row, error) {
 		}
 		lockers = append(lockers, l)
 	}
-	var (
-		mu       sync.Mutex
-		hist     = hdrhistogram.New(1, 600_000_000, 3)
-		row      = Row{Concurrency: c}
-		errs     atomic.Int64
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	// A lock call stuck past the row's end is cut off, not waited for.
-	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration+10*time.Second)
-	defer cancel()
-	start := time.Now()
-	end := start.Add(cfg.Duration)
-	for _, l := range lockers {
-		wg.Go(func() {
-			local := hdrhistogram.New(1, 600_000_000, 3)
-			var attempts, cycles, contended int64
-			for time.Now().Before(end) && runCtx.Err() == nil {
-				key := fmt.Sprintf("choose:%d", rand.IntN(cfg.Keys))
-				t0 := time.Now()
-				release, held, err := l.acquire(runCtx, key, cfg.TTL)
-				_ = local.RecordValue(max(time.Since(t0).Microseconds(), 1))
-				attempts++
-				if err == nil && held {
-					err = release(runCtx)
-					if err == nil {
-						cycles++
-					}
-				} else if err == nil {
-					contended++
-				}
-				if err != nil && runCtx.Err() == nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					errs.Add(1)
-				}
-			}
-			mu.Lock()
-			hist.Merge(local)
-			row.Attempts += attempts
-			row.Cycles += cycles
-			row.Contended += contended
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	secs := time.Since(start).Seconds()
-	if err := ctx.Err(); err != nil {
-		return row, err
-	}
-	row.Errors = errs.Load()
-	if row.Cycles == 0 {
-		return row, fmt.Errorf("c=%d: no lock taken and released in %d attempts; first error: %v", c, row.Attempts, firstErr)
-	}
-	row.AcquireP50Us = float64(hist.ValueAtQuantile(50))
-	row.AcquireP90Us = float64(hist.ValueAtQuantile(90))
-	row.AcquireP99Us = float64(hist.ValueAtQuantile(99))
-	row.AcquireP999 = float64(hist.ValueAtQuantile(99.9))
-	row.CyclesPerSec = float64(row.Cycles) / secs
-	return row, nil
+	res, err := lockload.Measure(ctx, lockers, lockload.Load{Duration: cfg.Duration, TTL: cfg.TTL, Prefix: "choose:", Keys: cfg.Keys})
+	return Row{
+		Concurrency: c, Attempts: res.Attempts, Cycles: res.Cycles, Contended: res.Contended, Errors: res.Errors,
+		AcquireP50Us: res.P50Us, AcquireP90Us: res.P90Us, AcquireP99Us: res.P99Us, AcquireP999: res.P999Us,
+		CyclesPerSec: res.CyclesPerSec,
+	}, err
 }

@@ -12,13 +12,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/etcdcluster"
+	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
 	"quorumlock.dev/fence"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // etcdOption is etcd's own lock, concurrency.Mutex, on a three-member cluster: one session
 // (a kept-alive lease) per goroutine, and the revision of the Mutex's key as fence.
 type etcdOption struct {
-	cluster *etcdCluster
+	cluster *etcdcluster.Cluster
 	cli     *clientv3.Client
 	store   *redisNode // the experiments' storage, guarded by fence.RedisGuard
 	storec  *redis.Client
@@ -34,10 +38,14 @@ func openEtcd(ctx context.Context, cfg Config) (_ *etcdOption, err error) {
 			o.close()
 		}
 	}()
-	if o.cluster, err = startEtcd(ctx); err != nil {
+	o.cluster, err = etcdcluster.Start(ctx)
+	if errors.Is(err, etcdcluster.ErrNotInstalled) {
+		return nil, fmt.Errorf("%w: etcd (Debian package etcd-server)", ErrNotInstalled)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if o.cli, err = o.cluster.client(); err != nil {
+	if o.cli, err = o.cluster.Client(); err != nil {
 		return nil, err
 	}
 	if o.store, err = startRedis(ctx, cfg.Backend); err != nil {
@@ -63,7 +71,7 @@ func (o *etcdOption) close() {
 		o.store.stop()
 	}
 	if o.cluster != nil {
-		o.cluster.stop()
+		o.cluster.Stop()
 	}
 }
 
@@ -87,7 +95,7 @@ func (o *etcdOption) session(ctx context.Context, ttl time.Duration) (*concurren
 
 // locker's session lease is ttl, the lock's lease in the other options, and lasts as long as
 // the locker: the Mutex borrows it for each lock.
-func (o *etcdOption) locker(ctx context.Context, ttl time.Duration) (locker, error) {
+func (o *etcdOption) locker(ctx context.Context, ttl time.Duration) (lockload.Locker, error) {
 	s, err := concurrency.NewSession(o.cli, concurrency.WithTTL(int(math.Ceil(ttl.Seconds()))))
 	if err != nil {
 		return nil, err
@@ -97,9 +105,9 @@ func (o *etcdOption) locker(ctx context.Context, ttl time.Duration) (locker, err
 
 type etcdLocker struct{ s *concurrency.Session }
 
-func (l etcdLocker) close() { _ = l.s.Close() }
+func (l etcdLocker) Close() { _ = l.s.Close() }
 
-func (l etcdLocker) acquire(ctx context.Context, key string, _ time.Duration) (func(context.Context) error, bool, error) {
+func (l etcdLocker) Acquire(ctx context.Context, key string, _ time.Duration) (func(context.Context) error, bool, error) {
 	m := concurrency.NewMutex(l.s, "choose/lock/"+key)
 	err := m.TryLock(ctx)
 	if errors.Is(err, concurrency.ErrLocked) {
@@ -162,9 +170,11 @@ func (o *etcdOption) stale(ctx context.Context, cfg Config) (bool, string, error
 			}
 			return take(ctx, sb, true)
 		},
-		write: func(ctx context.Context, h holder, v string) error { return g.Set(ctx, o.storec, key, v, h.fence, 0) },
+		write: func(ctx context.Context, h holder, v string) error {
+			return g.Set(ctx, goredis.Conn(o.storec), key, v, h.fence, 0)
+		},
 		read: func(ctx context.Context) (string, error) {
-			v, _, err := g.Get(ctx, o.storec, key)
+			v, _, err := g.Get(ctx, goredis.Conn(o.storec), key)
 			return v, err
 		},
 	}
@@ -188,11 +198,11 @@ func (o *etcdOption) failover(ctx context.Context, cfg Config) (string, error) {
 	if err := a.TryLock(ctx); err != nil {
 		return "", fmt.Errorf("first holder: %w", err)
 	}
-	leader, err := o.leader(ctx)
+	leader, err := o.cluster.Leader(ctx, o.cli)
 	if err != nil {
 		return "", err
 	}
-	o.cluster.kill(leader)
+	o.cluster.Kill(leader)
 	try := func() (bool, error) {
 		for {
 			err := o.tryOnce(ctx, name, cfg.TTL)
@@ -213,7 +223,7 @@ func (o *etcdOption) failover(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	if second {
-		return fmt.Sprintf("lost: the leader (1 of %d members) killed while held, a second session acquired", etcdMembers), nil
+		return fmt.Sprintf("lost: the leader (1 of %d members) killed while held, a second session acquired", etcdcluster.Members), nil
 	}
 	for {
 		err := a.Unlock(ctx)
@@ -228,7 +238,7 @@ func (o *etcdOption) failover(ctx context.Context, cfg Config) (string, error) {
 	if after, err := try(); err != nil || !after {
 		return "", fmt.Errorf("second session after the release: acquired %v, %v", after, err)
 	}
-	return fmt.Sprintf("kept: the leader (1 of %d members) killed while held, a second session refused, then granted after the release", etcdMembers), nil
+	return fmt.Sprintf("kept: the leader (1 of %d members) killed while held, a second session refused, then granted after the release", etcdcluster.Members), nil
 }
 
 // tryOnce takes and releases the lock name from a fresh session, closed after.
@@ -245,18 +255,4 @@ func (o *etcdOption) tryOnce(ctx context.Context, name string, ttl time.Duration
 		return err
 	}
 	return m.Unlock(actx)
-}
-
-// leader returns the index of the member that leads the cluster.
-func (o *etcdOption) leader(ctx context.Context) (int, error) {
-	for i, ep := range o.cluster.clients {
-		st, err := o.cli.Status(ctx, ep)
-		if err != nil {
-			return 0, fmt.Errorf("status of %s: %w", ep, err)
-		}
-		if st.Header.MemberId == st.Leader {
-			return i, nil
-		}
-	}
-	return 0, errors.New("no member leads")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
 	"quorumlock.dev/internal/pgserver"
 )
 
@@ -60,7 +61,7 @@ func (o *pgOption) close() { _ = o.srv.Stop() }
 func (o *pgOption) fence() string { return "version column (UPDATE ... WHERE version = read)" }
 
 // A locker is one connection: a row lock lives in its transaction.
-func (o *pgOption) locker(ctx context.Context, _ time.Duration) (locker, error) {
+func (o *pgOption) locker(ctx context.Context, _ time.Duration) (lockload.Locker, error) {
 	conn, err := pgx.Connect(ctx, o.dsn)
 	if err != nil {
 		return nil, err
@@ -70,10 +71,10 @@ func (o *pgOption) locker(ctx context.Context, _ time.Duration) (locker, error) 
 
 type pgLocker struct{ conn *pgx.Conn }
 
-func (l pgLocker) close() { _ = l.conn.Close(context.Background()) }
+func (l pgLocker) Close() { _ = l.conn.Close(context.Background()) }
 
-// acquire ignores ttl: a row lock has no lease, it lasts as long as its transaction.
-func (l pgLocker) acquire(ctx context.Context, key string, _ time.Duration) (func(context.Context) error, bool, error) {
+// Acquire ignores ttl: a row lock has no lease, it lasts as long as its transaction.
+func (l pgLocker) Acquire(ctx context.Context, key string, _ time.Duration) (func(context.Context) error, bool, error) {
 	tx, err := lockRow(ctx, l.conn, key)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == lockNotAvailable {

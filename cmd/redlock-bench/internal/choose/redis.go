@@ -9,10 +9,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/embeddedredis"
+	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
 	"quorumlock.dev/cmd/redlock-bench/internal/sentinel"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
 // redisNode is one Redis server of a run, in this process or a child process.
@@ -68,14 +73,14 @@ func openRedis(ctx context.Context, cfg Config, masters int) (_ *redisOption, er
 		}
 		return n, err
 	}
-	var ms []redlock.Master
+	var ms []driver.Conn
 	for range masters {
 		n, err := node()
 		if err != nil {
 			return nil, err
 		}
 		o.masters = append(o.masters, n)
-		ms = append(ms, o.client(n.addr))
+		ms = append(ms, goredis.Conn(o.client(n.addr)))
 	}
 	if o.store, err = node(); err != nil {
 		return nil, err
@@ -86,7 +91,7 @@ func openRedis(ctx context.Context, cfg Config, masters int) (_ *redisOption, er
 		if o.counter, err = node(); err != nil {
 			return nil, err
 		}
-		counter, err := fence.NewRedisCounter(o.client(o.counter.addr))
+		counter, err := fence.NewRedisCounter(goredis.Conn(o.client(o.counter.addr)))
 		if err != nil {
 			return nil, err
 		}
@@ -121,15 +126,15 @@ func (o *redisOption) fence() string {
 }
 
 // The redlock.Client is shared: it is safe for concurrent use, as users share it.
-func (o *redisOption) locker(context.Context, time.Duration) (locker, error) {
+func (o *redisOption) locker(context.Context, time.Duration) (lockload.Locker, error) {
 	return redlockLocker{o.lock}, nil
 }
 
 type redlockLocker struct{ c *redlock.Client }
 
-func (redlockLocker) close() {}
+func (redlockLocker) Close() {}
 
-func (l redlockLocker) acquire(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, bool, error) {
+func (l redlockLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (func(context.Context) error, bool, error) {
 	lk, err := l.c.TryLock(ctx, key, ttl)
 	if errors.Is(err, redlock.ErrNotAcquired) {
 		return nil, false, nil
@@ -165,9 +170,11 @@ func (o *redisOption) stale(ctx context.Context, cfg Config) (bool, string, erro
 		sc.read = func(ctx context.Context) (string, error) { return store.Get(ctx, key).Result() }
 	} else {
 		var g fence.RedisGuard
-		sc.write = func(ctx context.Context, h holder, v string) error { return g.Set(ctx, store, key, v, h.fence, 0) }
+		sc.write = func(ctx context.Context, h holder, v string) error {
+			return g.Set(ctx, goredis.Conn(store), key, v, h.fence, 0)
+		}
 		sc.read = func(ctx context.Context) (string, error) {
-			v, _, err := g.Get(ctx, store, key)
+			v, _, err := g.Get(ctx, goredis.Conn(store), key)
 			return v, err
 		}
 	}
@@ -221,7 +228,7 @@ func replicaFailover(ctx context.Context, cfg Config) (string, error) {
 	resource := uniqueName("choose:failover:")
 	lockOn := func(addr string) (*redlock.Client, func(), error) {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		l, err := redlock.New([]redlock.Master{c}, redlock.WithNodeTimeout(cfg.NodeTimeout))
+		l, err := redlock.New([]driver.Conn{goredis.Conn(c)}, redlock.WithNodeTimeout(cfg.NodeTimeout))
 		if err != nil {
 			_ = c.Close()
 			return nil, nil, err

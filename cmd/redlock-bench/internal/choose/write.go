@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/etcdcluster"
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
@@ -58,7 +59,7 @@ func writeText(w io.Writer, rep *Report) error {
 }
 
 // servers is the number of servers each option's lock runs on, for the chart's labels.
-var servers = map[string]int{"single-redis": 1, "redlock": 5, "etcd": etcdMembers, "postgres": 1}
+var servers = map[string]int{"single-redis": 1, "redlock": 5, "etcd": etcdcluster.Members, "postgres": 1}
 
 // PlotReport is rep as the report package's model, for plot.Draw: one row per option and
 // concurrency. The chart labels an option by its name and servers ("redlock 5m", "etcd

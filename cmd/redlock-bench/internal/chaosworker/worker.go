@@ -1,4 +1,11 @@
-package chaos
+// Package chaosworker is the worker process of the chaos suite and the coordinator's handle on
+// it. A worker is the coordinating program started again with its [Config] in the environment
+// ([Env]); it takes locks on a few resources with redlock and a fence from a Redis counter,
+// writes through the fenced store of package chaosstore in each critical section, and reports
+// every attempt, holding and store call as a JSON line on its stdout. [Start] starts one, and a
+// [Recorder] collects what the workers report into a chaoscheck.History. It injects no fault:
+// that is package chaos.
+package chaosworker
 
 import (
 	"bufio"
@@ -9,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"runtime"
 	"sync"
@@ -19,23 +25,28 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaoscheck"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaosstore"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
+
+	"quorumlock.dev/driver"
+
+	"quorumlock.dev/driver/goredis"
 )
 
-// WorkerEnv is the environment variable that makes a program a chaos worker: its value is the
-// worker's configuration in JSON. A program that runs chaos scenarios calls [MaybeWorker] first
-// thing in main (or TestMain), since the workers are that same program started again.
-const WorkerEnv = "QUORUMLOCK_CHAOS_WORKER"
+// Env is the environment variable that makes a program a chaos worker: its value is the
+// worker's [Config] in JSON. A program that runs chaos scenarios calls [MaybeRun] first thing in
+// main (or TestMain), since the workers are that same program started again.
+const Env = "QUORUMLOCK_CHAOS_WORKER"
 
-// MaybeWorker runs the worker and exits when the process was started as one; otherwise it
-// returns at once.
-func MaybeWorker() {
-	spec := os.Getenv(WorkerEnv)
+// MaybeRun runs the worker and exits when the process was started as one; otherwise it returns
+// at once.
+func MaybeRun() {
+	spec := os.Getenv(Env)
 	if spec == "" {
 		return
 	}
-	var cfg workerConfig
+	var cfg Config
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos worker:", err)
 		os.Exit(2)
@@ -52,34 +63,32 @@ type silent struct{}
 
 func (silent) Printf(context.Context, string, ...any) {}
 
-// master is how a worker reaches one lock master: an address, or Sentinel's name for it.
-type master struct {
+// Master is how a worker reaches one lock master: an address, or Sentinel's name for it.
+type Master struct {
 	Addr      string   `json:"addr,omitempty"`
 	Sentinels []string `json:"sentinels,omitempty"`
 	Name      string   `json:"name,omitempty"`
 }
 
-// workerConfig is what the coordinator tells a worker.
-type workerConfig struct {
-	ID          int           `json:"id"`
-	Masters     []master      `json:"masters"`
-	Direct      []string      `json:"direct"`  // the masters' own addresses, bypassing proxies, for the majority check ("" skips one)
-	Counter     string        `json:"counter"` // the fence counter's address
-	Store       string        `json:"store"`   // the memory store's base URL, or ""
-	PGDSN       string        `json:"pg_dsn"`  // the PostgreSQL store's database, or ""
-	PGPrefix    string        `json:"pg_prefix"`
+// Config is what the coordinator tells a worker.
+type Config struct {
+	ID      int      `json:"id"`
+	Masters []Master `json:"masters"`
+	Direct  []string `json:"direct"`  // the masters' own addresses, bypassing proxies, for the majority check ("" skips one)
+	Counter string   `json:"counter"` // the fence counter's address
+	chaosstore.Addr
 	Resources   []string      `json:"resources"`
 	TTL         time.Duration `json:"ttl"`
 	NodeTimeout time.Duration `json:"node_timeout"`
 	Hold        time.Duration `json:"hold"`          // the critical section, between claim and write
 	Retry       time.Duration `json:"retry"`         // the longest pause after a lost attempt (uniform in [0, Retry])
 	Loops       int           `json:"loops"`         // goroutines taking locks, each one at a time
-	Guard       bool          `json:"restart_guard"` // redlock.WithRestartGuard, every guardInterval
+	Guard       bool          `json:"restart_guard"` // redlock.WithRestartGuard, every GuardInterval
 }
 
-// guardInterval is how often a guarded worker's client samples the masters: a small part of
+// GuardInterval is how often a guarded worker's client samples the masters: a small part of
 // the TTL, so that a restarted master is out long before a TTL has passed.
-const guardInterval = 100 * time.Millisecond
+const GuardInterval = 100 * time.Millisecond
 
 // event is one line a worker writes to its stdout. Kind says which fields are set.
 type event struct {
@@ -120,7 +129,7 @@ func (e *emitter) emit(ev event) {
 // runWorker takes locks until stdin closes: one resource at a time, at random; in each
 // critical section it claims the resource's row with its fence, holds, writes the next job,
 // does the same on the shadow row without a fence, and releases.
-func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io.Writer) error {
+func runWorker(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Writer) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { // stdin closing is the word to stop
@@ -130,7 +139,7 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 	out := &emitter{enc: json.NewEncoder(stdout)}
 	go reportStats(ctx, out)
 
-	masters := make([]redlock.Master, len(cfg.Masters))
+	masters := make([]driver.Conn, len(cfg.Masters))
 	for i, m := range cfg.Masters {
 		masters[i] = dialMaster(m, cfg)
 	}
@@ -142,21 +151,21 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 		}
 	}
 	counterNode := redis.NewClient(&redis.Options{Addr: cfg.Counter, MaxRetries: -1, DialTimeout: cfg.NodeTimeout * 4})
-	counter, err := fence.NewRedisCounter(counterNode, fence.WithTimeout(cfg.NodeTimeout*4))
+	counter, err := fence.NewRedisCounter(goredis.Conn(counterNode), fence.WithTimeout(cfg.NodeTimeout*4))
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.DiscardHandler)
 	opts := []redlock.Option{redlock.WithNodeTimeout(cfg.NodeTimeout), redlock.WithFence(counter), redlock.WithLogger(logger)}
 	if cfg.Guard {
-		opts = append(opts, redlock.WithRestartGuard(max(guardInterval, cfg.NodeTimeout)))
+		opts = append(opts, redlock.WithRestartGuard(max(GuardInterval, cfg.NodeTimeout)))
 	}
 	client, err := redlock.New(masters, opts...)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	b, err := dialStore(ctx, cfg)
+	b, err := chaosstore.Dial(ctx, cfg.Addr)
 	if err != nil {
 		return err
 	}
@@ -169,7 +178,7 @@ func runWorker(ctx context.Context, cfg workerConfig, stdin io.Reader, stdout io
 	return nil
 }
 
-func loop(ctx context.Context, cfg workerConfig, client *redlock.Client, direct []*redis.Client, store *storeClient, out *emitter) {
+func loop(ctx context.Context, cfg Config, client *redlock.Client, direct []*redis.Client, store *storeClient, out *emitter) {
 	for ctx.Err() == nil {
 		res := cfg.Resources[rand.IntN(len(cfg.Resources))]
 		start := time.Now()
@@ -191,7 +200,7 @@ func loop(ctx context.Context, cfg workerConfig, client *redlock.Client, direct 
 }
 
 // critical is one critical section of a held lock.
-func critical(ctx context.Context, cfg workerConfig, l *redlock.Lock, direct []*redis.Client, store *storeClient, out *emitter) {
+func critical(ctx context.Context, cfg Config, l *redlock.Lock, direct []*redis.Client, store *storeClient, out *emitter) {
 	now := time.Now()
 	f, _ := l.Fence()
 	h := chaoscheck.Holding{
@@ -222,7 +231,7 @@ func critical(ctx context.Context, cfg workerConfig, l *redlock.Lock, direct []*
 // majority counts the masters that hold l's token, asked directly right after the win, so that
 // a grant without a real majority is seen. It returns -1 when masters that did not answer could
 // make up the difference: only a definite shortfall counts.
-func majority(ctx context.Context, cfg workerConfig, direct []*redis.Client, l *redlock.Lock) int {
+func majority(ctx context.Context, cfg Config, direct []*redis.Client, l *redlock.Lock) int {
 	if len(direct) == 0 {
 		return -1
 	}
@@ -255,13 +264,6 @@ func majority(ctx context.Context, cfg workerConfig, direct []*redis.Client, l *
 	return held
 }
 
-func dialStore(ctx context.Context, cfg workerConfig) (backend, error) {
-	if cfg.PGDSN != "" {
-		return dialPG(ctx, cfg.PGDSN, cfg.PGPrefix)
-	}
-	return httpBackend{base: cfg.Store, http: &http.Client{}}, nil
-}
-
 func outcome(err error) string {
 	switch {
 	case err == nil:
@@ -277,14 +279,14 @@ func outcome(err error) string {
 	}
 }
 
-func dialMaster(m master, cfg workerConfig) redlock.Master {
+func dialMaster(m Master, cfg Config) driver.Conn {
 	if len(m.Sentinels) > 0 {
-		return redis.NewFailoverClient(&redis.FailoverOptions{
+		return goredis.Conn(redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: m.Name, SentinelAddrs: m.Sentinels, MaxRetries: -1,
 			DialTimeout: cfg.NodeTimeout * 4,
-		})
+		}))
 	}
-	return redis.NewClient(&redis.Options{Addr: m.Addr, MaxRetries: -1, DialTimeout: cfg.NodeTimeout * 4})
+	return goredis.Conn(redis.NewClient(&redis.Options{Addr: m.Addr, MaxRetries: -1, DialTimeout: cfg.NodeTimeout * 4}))
 }
 
 // reportStats says, every 100 ms, how many goroutines the worker runs and how much heap it
@@ -314,4 +316,56 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// storeClient is a worker's side of the store. Fenced calls are recorded: a call event before
+// the request, a ret event after it, so that a call cut short by a kill is still in the history.
+type storeClient struct {
+	b      chaosstore.Backend
+	worker int
+	seq    *atomic.Int64 // call ids, shared by the worker's loops
+}
+
+// recorded runs one fenced call and records it.
+func (c *storeClient) recorded(out *emitter, kind chaoscheck.OpKind, res string, f uint64, job int64) chaosstore.Answer {
+	id := int(c.seq.Add(1))
+	op := chaoscheck.Op{Worker: c.worker, Resource: res, Kind: kind, Fence: f, Job: job, Call: time.Now().UnixNano()}
+	out.emit(event{Kind: "call", ID: id, Op: &op})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	a, err := c.b.Call(ctx, string(kind), res, f, job, c.worker)
+	cancel()
+	op.Return = time.Now().UnixNano()
+	op.Outcome = a.Outcome
+	if err != nil {
+		op.Outcome = chaoscheck.Unknown
+	}
+	if kind == chaoscheck.Claim {
+		op.Job = a.Job
+	}
+	out.emit(event{Kind: "ret", ID: id, Op: &op})
+	return a
+}
+
+// claim takes the row for f and returns its next job; ok is false when the row refused f.
+func (c *storeClient) claim(out *emitter, res string, f uint64) (job int64, ok bool) {
+	a := c.recorded(out, chaoscheck.Claim, res, f, 0)
+	return a.Job, a.Outcome == chaoscheck.OK
+}
+
+func (c *storeClient) write(out *emitter, res string, f uint64, job int64) {
+	c.recorded(out, chaoscheck.Write, res, f, job)
+}
+
+// shadowRead returns the shadow row's next job; ok is false when the store did not answer.
+func (c *storeClient) shadowRead(res string) (int64, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := c.b.Call(ctx, "shadow-read", res, 0, 0, c.worker)
+	return a.Job, err == nil
+}
+
+func (c *storeClient) shadowWrite(res string, job int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = c.b.Call(ctx, "shadow-write", res, 0, job, c.worker)
 }

@@ -1,4 +1,8 @@
-package choose
+// Package etcdcluster runs a three-member etcd cluster for redlock-bench choose: child
+// processes of Debian's etcd-server binary on free loopback ports, in a temporary dir, with
+// election timings short enough that losing the leader costs about a second. A [Cluster] can
+// name its leader and kill a member; it does not restart one, and it shapes no traffic.
+package etcdcluster
 
 import (
 	"context"
@@ -19,48 +23,51 @@ import (
 	"quorumlock.dev/internal/childproc"
 )
 
-// ErrNotInstalled says that a server an option needs is not on this machine.
-var ErrNotInstalled = errors.New("choose: server not installed")
+// ErrNotInstalled says that the etcd binary is not on this machine's PATH.
+var ErrNotInstalled = errors.New("etcdcluster: etcd not installed")
+
+// Members is the number of members of a cluster.
+const Members = 3
 
 const (
-	etcdMembers  = 3
-	etcdStartBy  = 30 * time.Second
-	etcdStopWait = 2 * time.Second
+	startBy  = 30 * time.Second
+	stopWait = 2 * time.Second
 )
 
-// etcdCluster is a three-member etcd cluster of child processes (Debian's etcd-server
-// binary), each on two free loopback ports, in a temporary dir.
-type etcdCluster struct {
+// Cluster is a three-member etcd cluster of child processes (Debian's etcd-server binary),
+// each on two free loopback ports, in a temporary dir.
+type Cluster struct {
 	dir     string
 	members []*childproc.Process
 	clients []string // client URL of each member
 }
 
-// startEtcd starts the cluster and returns once a write through it commits.
-func startEtcd(ctx context.Context) (*etcdCluster, error) {
+// Start starts a cluster and returns once a write through it commits. Without an etcd
+// binary on PATH it returns [ErrNotInstalled].
+func Start(ctx context.Context) (*Cluster, error) {
 	binary, err := exec.LookPath("etcd")
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd (Debian package etcd-server)", ErrNotInstalled)
+		return nil, ErrNotInstalled
 	}
 	dir, err := os.MkdirTemp("", "choose-etcd-")
 	if err != nil {
-		return nil, fmt.Errorf("choose: %w", err)
+		return nil, fmt.Errorf("etcdcluster: %w", err)
 	}
-	c := &etcdCluster{dir: dir}
-	ctx, cancel := context.WithTimeout(ctx, etcdStartBy)
+	c := &Cluster{dir: dir}
+	ctx, cancel := context.WithTimeout(ctx, startBy)
 	defer cancel()
 	if err := c.start(ctx, binary); err != nil {
-		c.stop()
-		return nil, fmt.Errorf("choose: start etcd: %w", err)
+		c.Stop()
+		return nil, fmt.Errorf("etcdcluster: start: %w", err)
 	}
 	return c, nil
 }
 
-func (c *etcdCluster) start(ctx context.Context, binary string) error {
-	peers := make([]int, etcdMembers)
-	clients := make([]int, etcdMembers)
+func (c *Cluster) start(ctx context.Context, binary string) error {
+	peers := make([]int, Members)
+	clients := make([]int, Members)
 	var initial []string
-	for i := range etcdMembers {
+	for i := range Members {
 		var err error
 		if peers[i], err = childproc.FreePort(); err != nil {
 			return err
@@ -71,7 +78,7 @@ func (c *etcdCluster) start(ctx context.Context, binary string) error {
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, loopURL(peers[i])))
 		c.clients = append(c.clients, loopURL(clients[i]))
 	}
-	for i := range etcdMembers {
+	for i := range Members {
 		name, data := fmt.Sprintf("m%d", i), filepath.Join(c.dir, fmt.Sprintf("m%d", i))
 		peer := loopURL(peers[i])
 		p, err := childproc.Start(ctx, childproc.Spec{
@@ -108,7 +115,7 @@ func (c *etcdCluster) start(ctx context.Context, binary string) error {
 		}
 		c.members = append(c.members, p)
 	}
-	cli, err := c.client()
+	cli, err := c.Client()
 	if err != nil {
 		return err
 	}
@@ -128,8 +135,8 @@ func (c *etcdCluster) start(ctx context.Context, binary string) error {
 	}
 }
 
-// client returns a client of every member, which fails over between them.
-func (c *etcdCluster) client() (*clientv3.Client, error) {
+// Client returns a client of every member, which fails over between them.
+func (c *Cluster) Client() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   c.clients,
 		DialTimeout: 2 * time.Second,
@@ -137,15 +144,29 @@ func (c *etcdCluster) client() (*clientv3.Client, error) {
 	})
 }
 
-// kill ends member i with SIGKILL.
-func (c *etcdCluster) kill(i int) { c.members[i].Kill() }
+// Kill ends member i with SIGKILL.
+func (c *Cluster) Kill(i int) { c.members[i].Kill() }
 
-// stop ends every member and removes the dir.
-func (c *etcdCluster) stop() {
+// Stop ends every member and removes the dir.
+func (c *Cluster) Stop() {
 	for _, p := range c.members {
-		p.Stop(syscall.SIGTERM, etcdStopWait)
+		p.Stop(syscall.SIGTERM, stopWait)
 	}
 	_ = os.RemoveAll(c.dir)
 }
 
 func loopURL(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }
+
+// Leader returns the index of the member that leads the cluster, as cli finds it.
+func (c *Cluster) Leader(ctx context.Context, cli *clientv3.Client) (int, error) {
+	for i, ep := range c.clients {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			return 0, fmt.Errorf("status of %s: %w", ep, err)
+		}
+		if st.Header.MemberId == st.Leader {
+			return i, nil
+		}
+	}
+	return 0, errors.New("no member leads")
+}

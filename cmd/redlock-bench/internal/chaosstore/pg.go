@@ -1,4 +1,4 @@
-package chaos
+package chaosstore
 
 import (
 	"context"
@@ -109,17 +109,17 @@ func dialPG(ctx context.Context, dsn, prefix string) (*pgBackend, error) {
 	return &pgBackend{pool: pool, t: tablesFor(prefix)}, nil
 }
 
-func (b *pgBackend) call(ctx context.Context, kind string, res string, f uint64, job int64, worker int) (answer, error) {
+func (b *pgBackend) Call(ctx context.Context, kind string, res string, f uint64, job int64, worker int) (Answer, error) {
 	switch kind {
 	case "shadow-read":
 		var n int64
 		err := b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.t.shadow+" WHERE resource = $1", res).Scan(&n)
-		return answer{Outcome: chaoscheck.OK, Job: n}, err
+		return Answer{Outcome: chaoscheck.OK, Job: n}, err
 	case "shadow-write":
 		_, err := b.pool.Exec(ctx, "INSERT INTO "+b.t.shadow+" (resource, job, worker) VALUES ($1, $2, $3)", res, job, worker)
-		return answer{Outcome: chaoscheck.OK}, err
+		return Answer{Outcome: chaoscheck.OK}, err
 	}
-	var a answer
+	var a Answer
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		if kind == string(chaoscheck.Claim) {
 			if _, err := b.t.guard.Claim(ctx, tx, f, "resource = $1", res); err != nil {
@@ -135,9 +135,9 @@ func (b *pgBackend) call(ctx context.Context, kind string, res string, f uint64,
 	})
 	switch {
 	case errors.Is(err, fence.ErrFenceRejected):
-		return answer{Outcome: chaoscheck.Rejected}, nil
+		return Answer{Outcome: chaoscheck.Rejected}, nil
 	case err != nil:
-		return answer{}, err
+		return Answer{}, err
 	}
 	a.Outcome = chaoscheck.OK
 	return a, nil
