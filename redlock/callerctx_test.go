@@ -127,7 +127,7 @@ func TestCallerCancelNoVote(t *testing.T) {
 			_, masters := miniMasters(t, 3)
 			masters[2] = stallUntilDone{masters[2].(full)}
 			obs := newLockLog()
-			c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(time.Second))
+			c := newTestClient(t, masters, WithHooks(hooksOf(obs)), WithNodeTimeout(time.Second))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			l, err := c.TryLock(ctx, resourceName(t), time.Minute)

@@ -83,7 +83,6 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg.lockObs, _ = cfg.observer.(LockObserver)
 	if len(masters) == 0 {
 		return nil, invalid("no masters")
 	}
@@ -222,12 +221,12 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		w       *waiter // made at the first contended loss: an uncontended Lock pays nothing
 		q       *queued // fair: made at the first contended loss too
 		won     *quorum.Round
-		waiting bool // the LockObserver was told that this call waits
+		waiting bool // the Waiting hook was told that this call waits
 	)
 	var took *Lock // the lock this call returns
 	defer func() {
 		if waiting {
-			c.cfg.lockObs.Waiting(-1)
+			c.cfg.hooks.Waiting(-1)
 		}
 		if w != nil {
 			w.leave()
@@ -251,9 +250,9 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		w = c.join(key)
 		if q = c.enqueue(key, ttl, w); q != nil {
 			w.setID(q.id)
-			if c.cfg.lockObs != nil {
+			if c.cfg.hooks.Waiting != nil {
 				waiting = true // before it can be seen listed
-				c.cfg.lockObs.Waiting(1)
+				c.cfg.hooks.Waiting(1)
 			}
 			c.list(q)
 			grant = q.grant
@@ -344,9 +343,9 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		if c.cfg.attempts > 0 && n >= c.cfg.attempts {
 			return nil, err
 		}
-		if !waiting && c.cfg.lockObs != nil {
+		if !waiting && c.cfg.hooks.Waiting != nil {
 			waiting = true
-			c.cfg.lockObs.Waiting(1)
+			c.cfg.hooks.Waiting(1)
 		}
 		wait := c.cfg.delay
 		if c.cfg.jitter > 0 {
@@ -439,11 +438,11 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 }
 
 // attemptLock is attempt for l's keys: one SET NX, or for several resources
-// one script that sets all of them or none (never queued: q is nil). A
-// LockObserver hears of it.
+// one script that sets all of them or none (never queued: q is nil). The
+// Attempted hook hears of it.
 func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
-	obs := c.cfg.lockObs
-	if obs == nil {
+	attempted := c.cfg.hooks.Attempted
+	if attempted == nil {
 		return c.lockRound(ctx, l, ttl, q)
 	}
 	start := time.Now()
@@ -453,11 +452,11 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 		now, _ := c.clock.now()
 		validity = got.Until().Sub(now)
 	}
-	obs.Attempted(time.Since(start), validity, err)
+	attempted(time.Since(start), validity, err)
 	return got, round, err
 }
 
-// lockRound is attemptLock without the observer.
+// lockRound is attemptLock without the hook.
 func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
 	if err := c.admit(ctx); err != nil {
 		return nil, nil, err
@@ -756,11 +755,11 @@ func (c *Client) diagnosed(round *quorum.Round) {
 
 // notAttempted is the error of a call whose context had ended before its
 // first attempt: nothing was tried, and nothing is known of the holders
-// or the masters. The LockObserver hears of it as an attempt.
+// or the masters. The Attempted hook hears of it as an attempt.
 func (c *Client) notAttempted(err error) error {
 	err = fmt.Errorf("redlock: not attempted: the context had ended: %w", err)
-	if obs := c.cfg.lockObs; obs != nil {
-		obs.Attempted(0, 0, err)
+	if attempted := c.cfg.hooks.Attempted; attempted != nil {
+		attempted(0, 0, err)
 	}
 	return err
 }

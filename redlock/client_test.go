@@ -483,7 +483,7 @@ func TestLockRetries(t *testing.T) {
 						raw(m).AddHook(stallAcquires{func() bool { return obs.attempts.Load() >= tc.after }})
 					}
 					// The round's own deadline is far: only the caller's ends it.
-					c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(10*time.Second), WithRetry(0, 10*time.Millisecond, 0))
+					c := newTestClient(t, masters, WithHooks(hooksOf(obs)), WithNodeTimeout(10*time.Second), WithRetry(0, 10*time.Millisecond, 0))
 					cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 					defer cancel()
 					var err error
@@ -507,7 +507,7 @@ func TestLockRetries(t *testing.T) {
 		// hears of it.
 		_, masters := miniMasters(t, 3)
 		obs := newLockLog()
-		c := newTestClient(t, masters, WithObserver(obs))
+		c := newTestClient(t, masters, WithHooks(hooksOf(obs)))
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		lockAll := func(ctx context.Context, res string, ttl time.Duration) (*Lock, error) {

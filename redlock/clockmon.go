@@ -9,12 +9,6 @@ import (
 	"quorumlock.dev/internal/clockdrift"
 )
 
-// DriftObserver is an Observer that also hears of the clock monitor.
-type DriftObserver interface {
-	MasterDrift(addr string, rate float64)           // master clock rate relative to ours (1.0 = same), after each estimate
-	MasterClockJumped(addr string, by time.Duration) // a jump detected between two samples
-}
-
 const (
 	// clockWindow is how many readings of a master's TIME the rate is
 	// estimated over (fewer after a step: only those since).
@@ -83,7 +77,7 @@ func (c *Client) sampleClock(ctx context.Context, i int) {
 }
 
 // observeClock takes master i's next sample: it logs and tells the
-// observer what the sample showed, and with quarantine keeps the master
+// hooks what the sample showed, and with quarantine keeps the master
 // out while its clock is unsafe for our leases: a step forward not yet
 // told apart (a jump, or a change of rate not yet measured), or a rate
 // beyond the drift factor with the master the faster. A slow master or a
@@ -94,7 +88,7 @@ func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
 	m := &g.masters[i]
 	cs := &m.clock
 	addr, factor := c.addrs[i], c.cfg.driftFactor
-	obs, _ := c.cfg.observer.(DriftObserver)
+	h := &c.cfg.hooks
 	r := cs.track.Add(s)
 	cs.samples++
 	unsafe := false
@@ -104,16 +98,16 @@ func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
 		c.cfg.logger.Warn("redlock: master's clock stepped between two samples (a jump or a change of rate)",
 			"master", addr, "by", r.Step, "quarantined", unsafe && c.cfg.clockQuarantine)
 	}
-	if r.Jumped && obs != nil {
-		obs.MasterClockJumped(addr, r.Jump.By)
+	if r.Jumped && h.MasterClockJumped != nil {
+		h.MasterClockJumped(addr, r.Jump.By)
 	}
 	if r.Settling {
 		unsafe = cs.stepFwd
 	}
 	if r.RateOK {
 		cs.rate = r.Rate
-		if obs != nil {
-			obs.MasterDrift(addr, 1+r.Rate)
+		if h.MasterDrift != nil {
+			h.MasterDrift(addr, 1+r.Rate)
 		}
 		switch {
 		case !cs.drifting && clockdrift.Beyond(r.Rate, r.RateErr, factor):

@@ -69,9 +69,6 @@ func (l *clockLog) lastRate(addr string) (float64, bool) {
 	return r[len(r)-1], true
 }
 
-var _ DriftObserver = (*clockLog)(nil)
-var _ QuarantineObserver = (*clockLog)(nil)
-
 // newShimClock is a wall clock for redis-servers that the test moves.
 func newShimClock(t *testing.T) *clockshim.Clock {
 	t.Helper()
@@ -132,7 +129,7 @@ func TestClockMonitorQuarantinesJumpedMaster(t *testing.T) {
 	obs := newClockLog()
 	var logs syncBuffer
 	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithClockMonitor(interval, true),
-		WithObserver(obs), WithLogger(logger(&logs)))
+		WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -198,7 +195,7 @@ func TestClockMonitorMeasuresFastClock(t *testing.T) {
 	obs := newClockLog()
 	var logs syncBuffer
 	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithClockMonitor(interval, true),
-		WithObserver(obs), WithLogger(logger(&logs)))
+		WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -245,7 +242,7 @@ func TestClockMonitorStepBackNotQuarantined(t *testing.T) {
 	obs := newClockLog()
 	var logs syncBuffer
 	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithClockMonitor(interval, true),
-		WithObserver(obs), WithLogger(logger(&logs)))
+		WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -279,7 +276,7 @@ func TestClockMonitorHealthyNeverFlagged(t *testing.T) {
 	obs := newClockLog()
 	var logs syncBuffer
 	c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond), WithClockMonitor(interval, true),
-		WithObserver(obs), WithLogger(logger(&logs)))
+		WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -321,7 +318,7 @@ func TestClockMonitorWithoutTime(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newClockLog()
 	var logs syncBuffer
-	c := newTestClient(t, conns(m), WithClockMonitor(50*time.Millisecond, true), WithObserver(obs), WithLogger(logger(&logs)))
+	c := newTestClient(t, conns(m), WithClockMonitor(50*time.Millisecond, true), WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read TIME") }, 10*time.Second, 10*time.Millisecond)
 	for range 5 {

@@ -43,8 +43,8 @@
 //     with appendonly yes and appendfsync always, or keep a restarted master
 //     out of service for one maximum TTL ([WithRestartGuard] does that in the
 //     client: a master that restarted does not count until then). A failover to an asynchronous
-//     replica (Sentinel, Cluster) can lose our key the same way. A
-//     *redis.Ring is refused: it moves keys between shards.
+//     replica (Sentinel, Cluster) can lose our key the same way. A client
+//     that moves keys between shards (a *redis.Ring) is refused.
 //   - A network that delays a request beyond the node timeout: the SET may be
 //     applied after we gave up (a "ghost" write). The client releases such a
 //     master after the call returns, but a server that was frozen can apply

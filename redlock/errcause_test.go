@@ -26,7 +26,7 @@ func TestFrozenMastersCallerDeadline(t *testing.T) {
 		masters = append(masters, goredis.Conn(hung))
 	}
 	obs := newLockLog()
-	c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(500*time.Millisecond))
+	c := newTestClient(t, masters, WithHooks(hooksOf(obs)), WithNodeTimeout(500*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	l, err := c.TryLock(ctx, resourceName(t), time.Minute)

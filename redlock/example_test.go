@@ -171,17 +171,14 @@ func ExampleClient_Do() {
 	// lost: false err: <nil>
 }
 
-// printObserver stands in for a metrics adapter.
-type printObserver struct{}
-
-func (printObserver) RenewalFailed(resource string, reason error) {
-	fmt.Println("renewal failed on", resource+":", reason)
-}
-
 func ExampleLock_Renew() {
 	ms, stop := masters(3)
 	defer stop()
-	client, err := redlock.New(ms, redlock.WithObserver(printObserver{}))
+	// A hook stands in for a metrics adapter; the hooks left nil are off.
+	hooks := redlock.Hooks{RenewalFailed: func(resource string, reason error) {
+		fmt.Println("renewal failed on", resource+":", reason)
+	}}
+	client, err := redlock.New(ms, redlock.WithHooks(hooks))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -363,7 +360,7 @@ func send(ctx context.Context, batch string) error {
 
 // The Prometheus exporter as the client's observer: docs/operations.md's
 // "Metrics and alerts" shows newObservedClient and checkEvery.
-func ExampleWithObserver_prometheus() {
+func ExampleWithHooks_prometheus() {
 	ms, stop := masters(3)
 	defer stop()
 	reg := prometheus.NewRegistry()
@@ -414,7 +411,7 @@ func newObservedClient(masters []driver.Conn, reg prometheus.Registerer) (*redlo
 	if err := reg.Register(m); err != nil {
 		return nil, nil, err
 	}
-	client, err := redlock.New(masters, redlock.WithObserver(m), redlock.WithRestartGuard(time.Second))
+	client, err := redlock.New(masters, redlock.WithHooks(m.Hooks()), redlock.WithRestartGuard(time.Second))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -353,9 +353,9 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	}
 	next.stale = stale
 	c.passed.Add(1)
-	if obs := c.cfg.lockObs; obs != nil {
+	if attempted := c.cfg.hooks.Attempted; attempted != nil {
 		now, _ := c.clock.now()
-		obs.Attempted(0, until.Sub(now), nil)
+		attempted(0, until.Sub(now), nil)
 	}
 	c.deliver(ctx, q, next)
 	return nil
@@ -499,9 +499,9 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 	case got >= c.quorum && !next.over(deadline, next.untilBoot):
 		next.until = deadline
 		c.handed.Add(1)
-		if obs := c.cfg.lockObs; obs != nil {
+		if attempted := c.cfg.hooks.Attempted; attempted != nil {
 			now, _ := c.clock.now()
-			obs.Attempted(now.Sub(start), deadline.Sub(now), nil)
+			attempted(now.Sub(start), deadline.Sub(now), nil)
 		}
 		c.deliver(ctx, q, next)
 	default:

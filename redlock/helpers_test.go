@@ -61,6 +61,46 @@ func conns(ms ...any) []Master {
 	return out
 }
 
+// hooksOf makes Hooks of the methods o has: a test's recorder keeps what
+// it is told in its own type.
+func hooksOf(o any) Hooks {
+	var h Hooks
+	if v, ok := o.(interface {
+		Attempted(took, validity time.Duration, err error)
+	}); ok {
+		h.Attempted = v.Attempted
+	}
+	if v, ok := o.(interface {
+		Voted(addr string, vote Vote, took time.Duration)
+	}); ok {
+		h.Voted = v.Voted
+	}
+	if v, ok := o.(interface{ Extended(err error) }); ok {
+		h.Extended = v.Extended
+	}
+	if v, ok := o.(interface{ Waiting(delta int) }); ok {
+		h.Waiting = v.Waiting
+	}
+	if v, ok := o.(interface {
+		RenewalFailed(resource string, reason error)
+	}); ok {
+		h.RenewalFailed = v.RenewalFailed
+	}
+	if v, ok := o.(interface {
+		MasterQuarantined(addr string, until time.Time)
+		MasterRestored(addr string)
+	}); ok {
+		h.MasterQuarantined, h.MasterRestored = v.MasterQuarantined, v.MasterRestored
+	}
+	if v, ok := o.(interface {
+		MasterDrift(addr string, rate float64)
+		MasterClockJumped(addr string, by time.Duration)
+	}); ok {
+		h.MasterDrift, h.MasterClockJumped = v.MasterDrift, v.MasterClockJumped
+	}
+	return h
+}
+
 func newClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })

@@ -439,8 +439,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
 	}
-	if obs := c.cfg.lockObs; obs != nil {
-		defer func() { obs.Extended(err) }()
+	if extended := c.cfg.hooks.Extended; extended != nil {
+		defer func() { extended(err) }()
 	}
 	l.op.Lock()
 	defer l.op.Unlock()

@@ -9,52 +9,48 @@ import (
 	"quorumlock.dev/internal/quorum"
 )
 
-// Observer is told of events that an application may count, such as
-// metrics. Its methods are called from the client's goroutines: they must
-// be safe for concurrent use and return quickly. An Observer may also
-// implement [LockObserver], [QuarantineObserver] and the clock monitor's
-// DriftObserver; the client looks for them once, in [New].
-type Observer interface {
-	// RenewalFailed: the renewer could not extend the lock on resource and
-	// ended it; reason wraps ErrNoProgress, ErrMaxHold, Extend's error, or
-	// ErrLockLost when the lease ran out before the renewer's turn.
-	RenewalFailed(resource string, reason error)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) RenewalFailed(string, error) {}
-
-// LockObserver is an [Observer] that also hears of acquisitions,
-// extensions and waits. It is a separate interface so that existing
-// Observers keep compiling. None of its methods is given a resource name,
-// so that what an observer keeps per label does not grow with them.
-type LockObserver interface {
-	// Attempted: one acquisition attempt (a TryLock, one of a Lock's
-	// attempts, a LockAll, or the handoff round of a release that handed
-	// the lock to a waiter of this client, see [WithFairness]) ended after took, with err, the error its caller
-	// got (nil: acquired), and validity, what was left of the lease when
-	// the lock was handed out (0 unless acquired).
-	Attempted(took, validity time.Duration, err error)
-	// Voted: master addr's answer to one attempt, after took (VoteSkipped:
-	// it was not called). It is told of every master of every attempt,
-	// also of those that answered after the attempt had decided, but for
-	// a call that the caller's context ended: that says nothing of the
-	// master.
-	Voted(addr string, vote Vote, took time.Duration)
+// Hooks are told of events an application may count, such as metrics
+// (redlockprom builds them). Each is optional: nil is off, and a client does
+// no work for a hook that is nil. They are called from the client's
+// goroutines: they must be safe for concurrent use and return quickly. No
+// hook is given a resource name but RenewalFailed, so that what a metrics
+// adapter keeps per label does not grow with resources.
+type Hooks struct {
+	// Attempted: one acquisition attempt (a TryLock, one of a Lock's, a
+	// LockAll, a call whose context had ended, or the handoff of a
+	// release to a waiter of this client) ended after took with err (nil:
+	// acquired); validity is what was left of the lease (0 unless acquired).
+	Attempted func(took, validity time.Duration, err error)
+	// Voted: master addr's answer to one attempt, after took, for every
+	// master of every attempt (also late ones), but not a call that the
+	// caller's context ended: that says nothing of the master.
+	Voted func(addr string, vote Vote, took time.Duration)
 	// Extended: an Extend, or one of a renewer's, ended with err (nil:
 	// extended).
-	Extended(err error)
-	// Waiting: a Lock call started waiting (delta +1), after a failed
-	// attempt or, with [WithFairness], behind a waiter of its own client
-	// before its first; or it returned after it had (-1).
-	Waiting(delta int)
+	Extended func(err error)
+	// Waiting: a Lock call started waiting (+1), or returned after it had
+	// (-1).
+	Waiting func(delta int)
+	// RenewalFailed: the renewer of [Lock.Renew] ended the lock on
+	// resource; reason wraps ErrNoProgress, ErrMaxHold, Extend's error,
+	// or ErrLockLost when the lease ran out before its turn.
+	RenewalFailed func(resource string, reason error)
+	// MasterQuarantined and MasterRestored: the restart guard or the clock
+	// monitor stopped counting master addr's votes until about until (told
+	// again when until moves), or counts them again.
+	MasterQuarantined func(addr string, until time.Time)
+	MasterRestored    func(addr string)
+	// MasterDrift: the clock monitor's estimate of master addr's clock
+	// rate relative to ours (1.0 = same), after each estimate;
+	// MasterClockJumped: a jump it found between two samples.
+	MasterDrift       func(addr string, rate float64)
+	MasterClockJumped func(addr string, by time.Duration)
 }
 
 // Vote is how one master answered an acquisition attempt.
 type Vote uint8
 
-// The votes a [LockObserver] is told of.
+// The votes [Hooks].Voted is told of.
 const (
 	VoteAgreed      Vote = iota // the key is ours there
 	VoteRefused                 // another holder's key is there
@@ -91,10 +87,10 @@ func voteOf(agreed bool, err error, took, timeout time.Duration) Vote {
 }
 
 // observeVotes wraps an attempt's call so that each master's answer is
-// told to the LockObserver; without one it is call itself.
+// told to the Voted hook; without one it is call itself.
 func (c *Client) observeVotes(call quorum.Call) quorum.Call {
-	obs := c.cfg.lockObs
-	if obs == nil {
+	voted := c.cfg.hooks.Voted
+	if voted == nil {
 		return call
 	}
 	return func(ctx context.Context, i int) (bool, error) {
@@ -102,7 +98,7 @@ func (c *Client) observeVotes(call quorum.Call) quorum.Call {
 		agreed, err := call(ctx, i)
 		took := time.Since(start)
 		if !callerEnded(ctx, err) {
-			obs.Voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
+			voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
 		}
 		return agreed, err
 	}

@@ -58,7 +58,6 @@ func TestVoteString(t *testing.T) {
 
 // lockLog records what a LockObserver hears.
 type lockLog struct {
-	nopObserver
 	mu       sync.Mutex
 	attempts []attemptEvent
 	votes    map[string][]Vote
@@ -71,8 +70,6 @@ type attemptEvent struct {
 	took, validity time.Duration
 	err            error
 }
-
-var _ LockObserver = (*lockLog)(nil)
 
 func newLockLog() *lockLog { return &lockLog{votes: map[string][]Vote{}} }
 
@@ -152,7 +149,7 @@ func TestLockObserver(t *testing.T) {
 		masters[i] = goredis.Conn(newClient(t, s.Addr())) // dials once: a master that is gone fails at once
 	}
 	obs := newLockLog()
-	c := newTestClient(t, masters, WithObserver(obs), WithNodeTimeout(nodeTimeout), WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
+	c := newTestClient(t, masters, WithHooks(hooksOf(obs)), WithNodeTimeout(nodeTimeout), WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -224,20 +221,8 @@ func TestLockObserver(t *testing.T) {
 	assert.Equal(t, []Vote{VoteAgreed}, votes[servers[2].Addr()])
 }
 
-// A plain Observer is not a LockObserver: the client tells it nothing more.
-func TestPlainObserverIsNotTold(t *testing.T) {
-	_, masters := miniMasters(t, 3)
-	c := newTestClient(t, masters, WithObserver(&recorder{}))
-	assert.Nil(t, c.cfg.lockObs)
-	c = newTestClient(t, masters)
-	assert.Nil(t, c.cfg.lockObs, "the default observer is no LockObserver")
-	c = newTestClient(t, masters, WithObserver(newLockLog()))
-	assert.NotNil(t, c.cfg.lockObs)
-}
-
-// countingObserver is a LockObserver that allocates nothing.
+// countingObserver is a recorder of the lock's hooks that allocates nothing.
 type countingObserver struct {
-	nopObserver
 	attempts, votes, extended atomic.Int64
 }
 
@@ -246,14 +231,14 @@ func (o *countingObserver) Voted(string, Vote, time.Duration)             { o.vo
 func (o *countingObserver) Extended(error)                                { o.extended.Add(1) }
 func (o *countingObserver) Waiting(int)                                   {}
 
-// Without a LockObserver the votes are not wrapped: the call is the one
+// Without a Voted hook the votes are not wrapped: the call is the one
 // given, so the acquire path does not even time them.
 func TestObserveVotesWithoutObserver(t *testing.T) {
 	_, masters := miniMasters(t, 3)
 	call := func(context.Context, int) (bool, error) { return true, nil }
-	c := newTestClient(t, masters, WithObserver(&recorder{}))
+	c := newTestClient(t, masters, WithHooks(hooksOf(&recorder{})))
 	assert.Equal(t, reflect.ValueOf(call).Pointer(), reflect.ValueOf(c.observeVotes(call)).Pointer())
-	c = newTestClient(t, masters, WithObserver(&countingObserver{}))
+	c = newTestClient(t, masters, WithHooks(hooksOf(&countingObserver{})))
 	assert.NotEqual(t, reflect.ValueOf(call).Pointer(), reflect.ValueOf(c.observeVotes(call)).Pointer())
 }
 
@@ -271,7 +256,7 @@ func TestObserverAllocs(t *testing.T) {
 		return newTestClient(t, masters, opts...)
 	}
 	counting := &countingObserver{}
-	clients := []*Client{client(), client(WithObserver(counting))}
+	clients := []*Client{client(), client(WithHooks(hooksOf(counting)))}
 	// Unlock releases the minority in the background, and what those
 	// releases allocate falls in one measurement or the next: counts vary
 	// by several, upwards (see leastCycleAllocs).
@@ -297,7 +282,7 @@ func TestWaitingCountsFairWaiters(t *testing.T) {
 	obs := newLockLog()
 	// A long entry TTL: the listed waiters make their first attempt only
 	// when nudged, or at the refresh 10 s away.
-	c := newTestClient(t, masters, WithFairness(30*time.Second), WithNodeTimeout(250*time.Millisecond), WithObserver(obs))
+	c := newTestClient(t, masters, WithFairness(30*time.Second), WithNodeTimeout(250*time.Millisecond), WithHooks(hooksOf(obs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

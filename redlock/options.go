@@ -33,8 +33,7 @@ type config struct {
 	minter        Minter
 	fenceSet      bool
 	logger        *slog.Logger
-	observer      Observer
-	lockObs       LockObserver  // observer, when it is one; nil otherwise (set by New)
+	hooks         Hooks
 	fairTTL       time.Duration // 0: waiters are not queued
 	strict        bool
 	gate          *strictGate // one per client, whatever options it shares
@@ -54,7 +53,6 @@ func defaults() config {
 		delay:         DefaultRetryDelay,
 		jitter:        DefaultRetryJitter,
 		logger:        slog.New(slog.DiscardHandler),
-		observer:      nopObserver{},
 		gate:          new(strictGate),
 	}
 }
@@ -160,7 +158,7 @@ func WithRestartGuard(interval time.Duration) Option {
 // the last 32 readings and see its clock step (a jump or a change of rate).
 // A rate beyond the drift factor of [WithDrift], or a step beyond the drift
 // constant (at least 1 ms) plus the round trips, is logged at Warn and told
-// to a [DriftObserver]. With quarantine, a master whose clock stepped
+// to [Hooks].MasterDrift and MasterClockJumped. With quarantine, a master whose clock stepped
 // forward or runs fast does not count toward a quorum until the longest TTL
 // issued has passed since that ended, as [WithRestartGuard] does after a
 // restart. A step is seen at the next reading only: acquisitions before it
@@ -189,12 +187,11 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// WithObserver sets who is told of renewal failures (see [Observer]), for
-// example a metrics adapter, and of what else o implements:
-// [LockObserver], [QuarantineObserver]. The default tells no one, and a
-// client without a LockObserver does no work for one.
-func WithObserver(o Observer) Option {
-	return func(c *config) { c.observer = o }
+// WithHooks sets who is told of attempts, votes, extensions, waits,
+// renewal failures, quarantines and clock drift (see [Hooks]), for example
+// a metrics adapter. The default tells no one.
+func WithHooks(h Hooks) Option {
+	return func(c *config) { c.hooks = h }
 }
 
 func (c *config) validate() error {
@@ -219,8 +216,6 @@ func (c *config) validate() error {
 		return invalid("clock monitor interval %v is neither 0 nor at least the node timeout (%v)", c.clockInterval, c.nodeTimeout)
 	case nilcheck.Is(c.logger):
 		return invalid("nil logger")
-	case nilcheck.Is(c.observer):
-		return invalid("nil observer")
 	}
 	return nil
 }

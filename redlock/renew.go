@@ -18,7 +18,7 @@ func (l *Lock) Progress() {
 // Renew starts a renewer in the background: whenever a third of the lease
 // is left (at least two node timeouts), it extends the lock by ttl if
 // [Lock.Progress] was called since the last extension, never past maxHold
-// from now. When it cannot, it logs at Error, tells the [Observer], ends the
+// from now. When it cannot, it logs at Error, tells [Hooks].RenewalFailed, ends the
 // lock (the cause of its context wraps [ErrLockLost]) and frees the masters.
 func (l *Lock) Renew(ttl, maxHold time.Duration) error {
 	if l == nil {
@@ -145,9 +145,11 @@ func (l *Lock) isEnded() bool {
 	return l.ended
 }
 
-// report logs a renewal that could not be made and tells the observer,
+// report logs a renewal that could not be made and tells the hook,
 // before the lock's context is cancelled.
 func (l *Lock) report(reason error) {
 	l.c.cfg.logger.Error("redlock: renewal failed; ending the lock", "resource", l.resource, "err", reason)
-	l.c.cfg.observer.RenewalFailed(l.resource, reason)
+	if failed := l.c.cfg.hooks.RenewalFailed; failed != nil {
+		failed(l.resource, reason)
+	}
 }

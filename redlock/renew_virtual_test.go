@@ -29,7 +29,7 @@ type renewWorld struct {
 func newRenewWorld(t *testing.T) renewWorld {
 	servers, masters := memMasters(3)
 	obs := &recorder{}
-	return renewWorld{servers: servers, client: virtualClient(t, masters, WithObserver(obs)), obs: obs}
+	return renewWorld{servers: servers, client: virtualClient(t, masters, WithHooks(hooksOf(obs))), obs: obs}
 }
 
 // holding counts the masters whose key holds l's token, once every call

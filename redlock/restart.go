@@ -19,17 +19,6 @@ import (
 // not count (see [WithRestartGuard]).
 var errQuarantined = errors.New("redlock: vote not counted: the master restarted less than the longest TTL ago")
 
-// QuarantineObserver is an [Observer] that also hears of the restart guard
-// (see [WithRestartGuard]): when it stops counting a master's votes, until
-// when, and when it counts them again. It is a separate interface so that
-// existing Observers keep compiling; the client checks for it with a type
-// assertion. until may move later while the master is out, when a longer
-// TTL is issued: MasterQuarantined is then called again.
-type QuarantineObserver interface {
-	MasterQuarantined(addr string, until time.Time)
-	MasterRestored(addr string)
-}
-
 // noRestart is a restart time so far back that no TTL reaches it.
 const noRestart = math.MinInt64 / 4
 
@@ -289,7 +278,7 @@ func (c *Client) review(i int) {
 	c.reviewLocked(i, c.nanos())
 }
 
-// reviewLocked logs and tells the observer when master i goes out or comes
+// reviewLocked logs and tells the hooks when master i goes out or comes
 // back. A suspicion that no sample has settled yet is not reported: most
 // are a network blip that the next sample clears. A clock episode under
 // way is reported as ending a hold from now, and again when it ends; the
@@ -307,7 +296,7 @@ func (c *Client) reviewLocked(i int, now int64) {
 		until = m.restarted.Load() + hold
 	}
 	out := open || now < until
-	obs, _ := c.cfg.observer.(QuarantineObserver)
+	h := &c.cfg.hooks
 	switch {
 	case out && (!m.quarantined || (!open && until > m.until)):
 		at := time.Now().Add(time.Duration(until - now))
@@ -316,14 +305,14 @@ func (c *Client) reviewLocked(i int, now int64) {
 				"master", c.addrs[i], "until", at, "ttl", time.Duration(hold))
 		}
 		m.quarantined, m.until = true, until
-		if obs != nil {
-			obs.MasterQuarantined(c.addrs[i], at)
+		if h.MasterQuarantined != nil {
+			h.MasterQuarantined(c.addrs[i], at)
 		}
 	case !out && m.quarantined:
 		m.quarantined = false
 		c.cfg.logger.Info("redlock: master counts toward a quorum again", "master", c.addrs[i])
-		if obs != nil {
-			obs.MasterRestored(c.addrs[i])
+		if h.MasterRestored != nil {
+			h.MasterRestored(c.addrs[i])
 		}
 	}
 }

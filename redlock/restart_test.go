@@ -22,7 +22,6 @@ import (
 
 // quarantineLog records what a QuarantineObserver hears.
 type quarantineLog struct {
-	nopObserver
 	mu       sync.Mutex
 	out      map[string]time.Time
 	restored map[string]int
@@ -52,8 +51,6 @@ func (q *quarantineLog) counts() (out, restored int) {
 	}
 	return len(q.out), restored
 }
-
-var _ QuarantineObserver = (*quarantineLog)(nil)
 
 // agedServers starts n servers and waits until each reports an uptime of at
 // least age: a server is quarantined by any TTL above its uptime less a
@@ -102,7 +99,7 @@ func TestRestartGuardQuarantinesRestartedMasters(t *testing.T) {
 	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
 	var logs syncBuffer
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs),
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	t.Cleanup(func() { _ = c.Close() })
 	sampled(t, c)
@@ -160,7 +157,7 @@ func TestRestartGuardLongUptimeNeverQuarantined(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	_, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)))
 	t.Cleanup(func() { _ = c.Close() })
 	sampled(t, c)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -185,7 +182,7 @@ func TestRestartGuardMasterDownAtFirstSample(t *testing.T) {
 	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	require.NoError(t, servers[2].Kill())
 	obs := newQuarantineLog()
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithObserver(obs))
+	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -214,7 +211,7 @@ func TestRestartGuardWithoutInfo(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newQuarantineLog()
 	var logs syncBuffer
-	c := newTestClient(t, conns(m), WithRestartGuard(50*time.Millisecond), WithObserver(obs),
+	c := newTestClient(t, conns(m), WithRestartGuard(50*time.Millisecond), WithHooks(hooksOf(obs)),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read INFO") }, 10*time.Second, 10*time.Millisecond)

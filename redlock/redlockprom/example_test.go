@@ -28,7 +28,7 @@ func Example() {
 	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
 		rdbs = append(rdbs, redis.NewClient(&redis.Options{Addr: addr}))
 	}
-	client, err := redlock.New(goredis.Masters(rdbs...), redlock.WithObserver(m))
+	client, err := redlock.New(goredis.Masters(rdbs...), redlock.WithHooks(m.Hooks()))
 	if err != nil {
 		log.Fatal(err)
 	}

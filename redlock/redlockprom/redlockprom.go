@@ -1,6 +1,6 @@
 // Package redlockprom exports what a [redlock.Client] and the fence guards
-// do as Prometheus metrics. A [Metrics] is the client's observer
-// ([redlock.WithObserver]), the guards' OnReject hook and a
+// do as Prometheus metrics. A [Metrics] gives the client's hooks
+// (redlock.WithHooks(m.Hooks())), the guards' OnReject hook and a
 // [prometheus.Collector] to register. It lives apart from redlock so that
 // only programs that use it link the Prometheus client. No label carries a
 // resource name: the series grow with the masters, never with the locks.
@@ -62,14 +62,6 @@ var (
 	validityBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 )
 
-// The observer interfaces of the core that Metrics implements.
-var (
-	_ redlock.Observer           = (*Metrics)(nil)
-	_ redlock.LockObserver       = (*Metrics)(nil)
-	_ redlock.QuarantineObserver = (*Metrics)(nil)
-	_ redlock.DriftObserver      = (*Metrics)(nil)
-)
-
 // Metrics counts a client's acquisitions, votes, extensions, renewal
 // failures, waiters, quarantines and clock drift, and the writes its guards
 // refuse. One Metrics may serve several clients; it is safe for concurrent
@@ -107,12 +99,22 @@ type master struct {
 	out         atomic.Bool // quarantined, as last told
 }
 
-var (
-	_ redlock.Observer           = (*Metrics)(nil)
-	_ redlock.LockObserver       = (*Metrics)(nil)
-	_ redlock.QuarantineObserver = (*Metrics)(nil)
-	_ prometheus.Collector       = (*Metrics)(nil)
-)
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// Hooks are the client's hooks that count into m: redlock.WithHooks(m.Hooks()).
+func (m *Metrics) Hooks() redlock.Hooks {
+	return redlock.Hooks{
+		Attempted:         m.Attempted,
+		Voted:             m.Voted,
+		Extended:          m.Extended,
+		Waiting:           m.Waiting,
+		RenewalFailed:     m.RenewalFailed,
+		MasterQuarantined: m.MasterQuarantined,
+		MasterRestored:    m.MasterRestored,
+		MasterDrift:       m.MasterDrift,
+		MasterClockJumped: m.MasterClockJumped,
+	}
+}
 
 var validName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
@@ -217,7 +219,7 @@ func (m *Metrics) master(addr string) *master {
 	return s
 }
 
-// Attempted implements [redlock.LockObserver].
+// Attempted is the Attempted hook of [Metrics.Hooks].
 func (m *Metrics) Attempted(took, validity time.Duration, err error) {
 	m.attempts[attemptOutcome(err)].Inc()
 	m.acquireDur.Observe(took.Seconds())
@@ -244,7 +246,7 @@ func attemptOutcome(err error) int {
 	return attemptError
 }
 
-// Voted implements [redlock.LockObserver].
+// Voted is the Voted hook of [Metrics.Hooks].
 func (m *Metrics) Voted(addr string, vote redlock.Vote, took time.Duration) {
 	s := m.master(addr)
 	if int(vote) < len(s.votes) {
@@ -253,7 +255,7 @@ func (m *Metrics) Voted(addr string, vote redlock.Vote, took time.Duration) {
 	s.voteDur.Observe(took.Seconds())
 }
 
-// Extended implements [redlock.LockObserver].
+// Extended is the Extended hook of [Metrics.Hooks].
 func (m *Metrics) Extended(err error) {
 	i := extendError
 	switch {
@@ -269,10 +271,10 @@ func (m *Metrics) Extended(err error) {
 	m.extensions[i].Inc()
 }
 
-// Waiting implements [redlock.LockObserver].
+// Waiting is the Waiting hook of [Metrics.Hooks].
 func (m *Metrics) Waiting(delta int) { m.waiters.Add(float64(delta)) }
 
-// RenewalFailed implements [redlock.Observer]. The resource is not a label.
+// RenewalFailed is the RenewalFailed hook of [Metrics.Hooks]. The resource is not a label.
 func (m *Metrics) RenewalFailed(_ string, reason error) {
 	i := renewalExtendFailed
 	switch {
@@ -286,7 +288,7 @@ func (m *Metrics) RenewalFailed(_ string, reason error) {
 	m.renewals[i].Inc()
 }
 
-// MasterQuarantined implements [redlock.QuarantineObserver]. A quarantine
+// MasterQuarantined is the MasterQuarantined hook of [Metrics.Hooks]. A quarantine
 // whose end moves later is counted once.
 func (m *Metrics) MasterQuarantined(addr string, _ time.Time) {
 	s := m.master(addr)
@@ -296,14 +298,14 @@ func (m *Metrics) MasterQuarantined(addr string, _ time.Time) {
 	}
 }
 
-// MasterRestored implements [redlock.QuarantineObserver].
+// MasterRestored is the MasterRestored hook of [Metrics.Hooks].
 func (m *Metrics) MasterRestored(addr string) {
 	s := m.master(addr)
 	s.quarantined.Set(0)
 	s.out.Store(false)
 }
 
-// MasterDrift implements the clock monitor's redlock.DriftObserver: rate
+// MasterDrift is the MasterDrift hook of [Metrics.Hooks]: rate
 // is the master's clock rate relative to the client's.
 func (m *Metrics) MasterDrift(addr string, rate float64) {
 	s := m.master(addr)
@@ -316,7 +318,7 @@ func (m *Metrics) MasterDrift(addr string, rate float64) {
 	g.Set(rate - 1)
 }
 
-// MasterClockJumped implements the clock monitor's redlock.DriftObserver.
+// MasterClockJumped is the MasterClockJumped hook of [Metrics.Hooks].
 func (m *Metrics) MasterClockJumped(addr string, _ time.Duration) {
 	m.master(addr).jumps.Inc()
 }

@@ -121,7 +121,7 @@ func TestSeriesMove(t *testing.T) {
 
 	counter, err := fence.NewRedisCounter(goredis.Conn(dialOnce(t, fenceServer.Addr())))
 	require.NoError(t, err)
-	c, err := redlock.New(masters(), redlock.WithObserver(m), redlock.WithFence(counter),
+	c, err := redlock.New(masters(), redlock.WithHooks(m.Hooks()), redlock.WithFence(counter),
 		redlock.WithNodeTimeout(nodeTimeout), redlock.WithRetry(0, 10*time.Millisecond, 10*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -185,7 +185,7 @@ func TestSeriesMove(t *testing.T) {
 	// A strict client over a master that evicts: refused, and Check's
 	// findings recorded.
 	// A node timeout long enough that Check reads the policy on a loaded machine.
-	unsafe, err := redlock.New([]driver.Conn{goredis.Conn(dialOnce(t, unsafeServer.Addr()))}, redlock.WithObserver(m),
+	unsafe, err := redlock.New([]driver.Conn{goredis.Conn(dialOnce(t, unsafeServer.Addr()))}, redlock.WithHooks(m.Hooks()),
 		redlock.WithStrictCheck(), redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	_, err = unsafe.TryLock(ctx, "metrics:unsafe", ttl)
@@ -198,7 +198,7 @@ func TestSeriesMove(t *testing.T) {
 	// quarantined for the longest TTL issued (plus a second), then counts
 	// again. The servers of this test are young: they may be quarantined
 	// already by the first TTL issued, which the restart then prolongs.
-	guarded, err := redlock.New(masters(), redlock.WithObserver(m), redlock.WithRestartGuard(nodeTimeout),
+	guarded, err := redlock.New(masters(), redlock.WithHooks(m.Hooks()), redlock.WithRestartGuard(nodeTimeout),
 		redlock.WithNodeTimeout(nodeTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = guarded.Close() })
@@ -292,7 +292,7 @@ func TestSeriesDoNotGrowWithResources(t *testing.T) {
 		ms[i] = goredis.Conn(dialOnce(t, s.Addr()))
 	}
 	m, reg := newMetrics(t)
-	c, err := redlock.New(ms, redlock.WithObserver(m), redlock.WithNodeTimeout(200*time.Millisecond))
+	c, err := redlock.New(ms, redlock.WithHooks(m.Hooks()), redlock.WithNodeTimeout(200*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()

@@ -101,8 +101,6 @@ func (m *clockMonitor) RenewalFailed(string, error)             {}
 func (m *clockMonitor) MasterDrift(string, float64)             {}
 func (m *clockMonitor) MasterClockJumped(string, time.Duration) { m.jumps.Add(1) }
 
-var _ redlock.DriftObserver = (*clockMonitor)(nil)
-
 func startClockMonitor(w *world) (*clockMonitor, error) {
 	m := &clockMonitor{interval: max(chaosworker.GuardInterval, w.cfg.NodeTimeout)}
 	masters := make([]driver.Conn, len(w.Direct))
@@ -110,7 +108,7 @@ func startClockMonitor(w *world) (*clockMonitor, error) {
 		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
 		m.conns, masters[i] = append(m.conns, c), goredis.Conn(c)
 	}
-	c, err := redlock.New(masters, redlock.WithNodeTimeout(w.cfg.NodeTimeout), redlock.WithObserver(m),
+	c, err := redlock.New(masters, redlock.WithNodeTimeout(w.cfg.NodeTimeout), redlock.WithHooks(redlock.Hooks{MasterClockJumped: m.MasterClockJumped}),
 		redlock.WithClockMonitor(m.interval, false))
 	if err != nil {
 		m.close()
