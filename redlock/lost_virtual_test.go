@@ -1,0 +1,139 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/memredis"
+)
+
+// lostPassWorld is, in virtual time, a fair client whose waiters poll, a
+// holder H, and two waiters A and B of the same client: H's Unlock has
+// passed the lock to A in-process, and B, covered by A's attempts and with
+// no entry on the masters, waits for A's Unlock to pass it on; B asks for
+// bTTL. other is a second client of the same masters.
+type lostPassWorld struct {
+	servers []*memredis.Server
+	c       *Client
+	h, a    *Lock
+	b       <-chan lockResult
+	other   *Client
+}
+
+const lostRes = "job"
+
+func newLostPassWorld(ctx context.Context, t *testing.T, bTTL time.Duration) lostPassWorld {
+	t.Helper()
+	servers, masters := memMasters(3)
+	masters = polling(masters)
+	c := virtualClient(t, masters, WithFairness(3*time.Second), WithNodeTimeout(250*time.Millisecond))
+	h, err := c.TryLock(ctx, lostRes, time.Minute)
+	require.NoError(t, err)
+	aRes := lockAsync(ctx, c, lostRes, time.Minute)
+	listedHere(t, c, lostRes, func(ws []*queued) bool { return len(ws) == 1 && ws[0].attempts > 0 })
+	b := lockAsync(ctx, c, lostRes, bTTL)
+	// A polls while H holds: an attempt of A's that starts after B arrived
+	// covers B, which then waits here for the lock to be passed on.
+	listedHere(t, c, lostRes, func(ws []*queued) bool {
+		return len(ws) == 2 && lazyLocked(ws[1]) && c.coveredLocked(ws[1])
+	})
+	require.NoError(t, h.Unlock(ctx))
+	a := <-aRes
+	require.NoError(t, a.err)
+	require.Equal(t, uint64(1), c.passed.Load(), "H's Unlock did not pass the lock to A in-process")
+	require.Equal(t, h.Token(), a.l.Token())
+	other := virtualClient(t, masters, WithNodeTimeout(250*time.Millisecond))
+	return lostPassWorld{servers: servers, c: c, h: h, a: a.l, b: b, other: other}
+}
+
+// heldBy reports whether every master's key holds l's token.
+func (w lostPassWorld) heldBy(l *Lock) bool {
+	synctest.Wait()
+	for _, s := range w.servers {
+		if v, ok := s.Get(l.key); !ok || v != l.Token() {
+			return false
+		}
+	}
+	return true
+}
+
+// notPassed checks that B did not get the lock while the other client holds
+// it (two holders), then that B gets it with a token of its own once the
+// other client unlocks.
+func (w lostPassWorld) notPassed(ctx context.Context, t *testing.T, ol *Lock) {
+	t.Helper()
+	select {
+	case got := <-w.b:
+		if got.err == nil {
+			t.Fatalf("B got the lock (token %s, until in %v) while another client holds it with token %s: two holders",
+				got.l.Token(), time.Until(got.l.Until()).Round(time.Second), ol.Token())
+		}
+		t.Fatalf("B's Lock failed: %v", got.err)
+	case <-time.After(10 * time.Second):
+	}
+	assert.Equal(t, uint64(1), w.c.passed.Load(), "a lock that ended was passed on")
+	require.NoError(t, ol.Unlock(ctx))
+	got := <-w.b
+	require.NoError(t, got.err)
+	assert.NotEqual(t, w.a.Token(), got.l.Token(), "B holds A's dead lock")
+	assert.True(t, w.heldBy(got.l), "B's key is not on every master")
+	require.NoError(t, got.l.Unlock(ctx))
+}
+
+// TestLostLockNotPassedOn: A's lock, passed on in-process, ends because
+// its Extend failed (its context had ended), which releases its keys;
+// another client then takes the lock. A's Unlock must not pass A's dead
+// lock on to B: it reports ErrLockNotHeld, and B waits for the other
+// client like any waiter.
+func TestLostLockNotPassedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		w := newLostPassWorld(ctx, t, time.Minute)
+
+		ended, stop := context.WithCancel(ctx)
+		stop()
+		require.Error(t, w.a.Extend(ended, time.Minute))
+		assertClosed(t, w.a.Done(), "a failed Extend did not end the lock")
+		ol, err := w.other.TryLock(ctx, lostRes, time.Minute)
+		require.NoError(t, err, "the failed Extend left A's keys on the masters")
+
+		assert.ErrorIs(t, w.a.Unlock(ctx), ErrLockNotHeld, "Unlock of a lock lost by its Extend")
+		w.notPassed(ctx, t, ol)
+	})
+}
+
+// TestLostLockNotPassedOnByRenewer: the renewer of Renew ends A's lock (no
+// progress) and unlocks it: the lock is not passed on to B, which takes it
+// in a round of its own, with a token of its own, at the renewer's check.
+func TestLostLockNotPassedOnByRenewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		// The renewer ends A's lock with a third of A's 9 s lease left (3 s),
+		// enough to pass it on as it is to B, which asks for 3 s (a lease of
+		// 3 s is passed on with three quarters of it left).
+		w := newLostPassWorld(ctx, t, 3*time.Second)
+		require.NoError(t, w.a.Extend(ctx, 9*time.Second))
+		require.NoError(t, w.a.Renew(9*time.Second, time.Minute))
+		var got lockResult
+		select {
+		case got = <-w.b:
+		case <-time.After(10 * time.Second):
+			t.Fatal("B did not get the lock after the renewer ended A's")
+		}
+		require.NoError(t, got.err)
+		assertClosed(t, w.a.Done(), "the renewer did not end A's lock")
+		assert.ErrorIs(t, context.Cause(w.a.Context()), ErrNoProgress)
+		assert.NotEqual(t, w.a.Token(), got.l.Token(), "the renewer's Unlock passed A's lost lock on to B")
+		assert.Equal(t, uint64(1), w.c.passed.Load(), "a lock that ended was passed on")
+		assert.True(t, w.heldBy(got.l), "B's key is not on every master")
+		_, err := w.other.TryLock(ctx, lostRes, time.Minute)
+		assert.ErrorIs(t, err, ErrNotAcquired, "another client took the lock B holds")
+		assert.ErrorIs(t, w.a.Unlock(ctx), ErrLockNotHeld)
+		require.NoError(t, got.l.Unlock(ctx))
+	})
+}
