@@ -1,0 +1,94 @@
+// Package layering holds the test of the root module's layout: which of
+// the project's packages each package may import, so that the arrows
+// between them run one way (README.md, "Layout"; docs/design.md, "Why the
+// code is shaped as it is"). A package missing from the table fails the
+// test: say where it stands when you add it.
+package layering
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const mod = "quorumlock.dev/"
+
+// allowed lists, for each package of the root module, the packages of the
+// project its non-test files may import. Test harnesses (servers, proxies)
+// are imported by tests only, never by the library.
+var allowed = map[string][]string{
+	// The seam and its adapters.
+	"driver":         nil,
+	"driver/goredis": {"driver"},
+	// The lock's parts, which know nothing of Redis or of each other.
+	"internal/nilcheck":   nil,
+	"internal/quorum":     nil,
+	"internal/clockdrift": nil,
+	// The fence.
+	"fence/internal/rejection":  nil,
+	"fence/internal/mintertest": nil,
+	"fence":                     {"driver", "fence/internal/rejection", "internal/nilcheck"},
+	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
+	// The lock.
+	"redlock/check":       {"driver"},
+	"redlock":             {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check"},
+	"redlock/redlockprom": {"redlock", "redlock/check"},
+	// Test harnesses.
+	"internal/memredis":                {"driver"},
+	"internal/childproc":               nil,
+	"internal/childproc/childproctest": {"internal/childproc"},
+	"internal/redisserver":             {"internal/childproc"},
+	"internal/pgserver":                {"internal/childproc"},
+	"internal/redistest":               {"internal/childproc/childproctest", "internal/redisserver"},
+	"internal/pgtest":                  {"internal/childproc/childproctest", "internal/pgserver"},
+	"internal/faultproxy":              nil,
+	"internal/clockshim":               {"internal/childproc"},
+	"internal/layering":                nil,
+}
+
+// library are the packages a user's program links: no Redis client but
+// through an adapter, no test harness.
+var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
+	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "fence/internal/rejection"}
+
+func TestLayering(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		pkg, imports := strings.TrimPrefix(fields[0], mod), fields[1:]
+		want, known := allowed[pkg]
+		if !known {
+			t.Errorf("%s is not in the layering table: add it, with the project packages it may import", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if p, ours := strings.CutPrefix(imp, mod); ours && !slices.Contains(want, p) {
+				t.Errorf("%s imports %s, which the layering table does not allow", pkg, p)
+			}
+			if slices.Contains(library, pkg) && strings.HasPrefix(imp, "github.com/redis/") {
+				t.Errorf("%s, a library package, imports the Redis client %s: only driver adapters may", pkg, imp)
+			}
+		}
+	}
+}
+
+// The table is acyclic: following allowed imports never comes back to the
+// package it started from.
+func TestLayeringAcyclic(t *testing.T) {
+	var visit func(p string, path []string)
+	visit = func(p string, path []string) {
+		if slices.Contains(path, p) {
+			t.Fatalf("cycle in the layering table: %s -> %s", strings.Join(path, " -> "), p)
+		}
+		for _, q := range allowed[p] {
+			visit(q, append(path, p))
+		}
+	}
+	for p := range allowed {
+		visit(p, nil)
+	}
+}
