@@ -3,343 +3,24 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/check"
 )
 
-// Status is the verdict on one setting, from best to worst except for
-// Unknown, which sits between OK and Warning: not seen is not safe.
-type Status int
-
-// The verdicts of a [Finding].
-const (
-	OK      Status = iota // safe for the lock
-	Unknown               // could not be read (CONFIG is often disabled on managed Redis)
-	Warning               // safe only with care, e.g. delayed restarts
-	Problem               // the lock can be granted twice, or a fence repeated
-)
-
-var statusNames = [...]string{"ok", "unknown", "warning", "problem"}
-
-func (s Status) String() string {
-	if s < 0 || int(s) >= len(statusNames) {
-		return "status(" + strconv.Itoa(int(s)) + ")"
-	}
-	return statusNames[s]
-}
-
-// MarshalText writes the status as its name, for JSON.
-func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// Finding is what Check found about one setting of one node.
-type Finding struct {
-	Setting string `json:"setting"` // a server setting (maxmemory-policy) or a go-redis option (PoolSize)
-	Source  string `json:"source"`  // "server" or "client": the go-redis client's own options
-	Value   string `json:"value"`   // as read; "" when Unknown
-	Status  Status `json:"status"`
-	Why     string `json:"why"` // what the value means for the lock
-}
-
-// NodeReport is what Check found about one node.
-type NodeReport struct {
-	Node     string    `json:"node"` // "master 0", "fence counter"
-	Addr     string    `json:"addr"` // host:port, or "" when the client does not name one
-	Findings []Finding `json:"findings"`
-}
-
-// Report is the outcome of [Client.Check]: one NodeReport per master, in
-// the order given to [New], and one for the fence counter when the
-// client's minter names its Redis node ([NodeMinter]).
-type Report struct {
-	Masters []NodeReport `json:"masters"`
-	Fence   *NodeReport  `json:"fence,omitempty"`
-}
-
-// Worst is the worst status in the report ([Unknown] counts below
-// [Warning]).
-func (r Report) Worst() Status {
-	worst := OK
-	for _, n := range r.nodes() {
-		for _, f := range n.Findings {
-			worst = max(worst, f.Status)
-		}
-	}
-	return worst
-}
-
-// Err is nil unless some finding is a [Problem]; then it wraps
-// [ErrUnsafeConfig] and names each problem.
-func (r Report) Err() error {
-	var bad []string
-	for _, n := range r.nodes() {
-		for _, f := range n.Findings {
-			if f.Status == Problem {
-				bad = append(bad, fmt.Sprintf("%s %s is %q: %s", n.label(), f.Setting, f.Value, f.Why))
-			}
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s", ErrUnsafeConfig, strings.Join(bad, "; "))
-}
-
-func (r Report) nodes() []NodeReport {
-	if r.Fence == nil {
-		return r.Masters
-	}
-	return append(r.Masters[:len(r.Masters):len(r.Masters)], *r.Fence)
-}
-
-func (n NodeReport) label() string {
-	if n.Addr == "" {
-		return n.Node
-	}
-	return n.Node + " (" + n.Addr + ")"
-}
-
-// Check reads each master's and the fence counter's settings (INFO, and
-// CONFIG GET for what INFO does not show) and the settings their drivers
-// report of their clients, all nodes at once, each call bounded by the node timeout.
-// A setting that cannot be read (CONFIG disabled, a node down) is
-// [Unknown], not an error: the error is only ctx's. Check never changes
-// a setting. See docs/operations.md, "Checking masters".
-func (c *Client) Check(ctx context.Context) (Report, error) {
-	if err := ctx.Err(); err != nil {
-		return Report{}, err
-	}
-	rep := Report{Masters: make([]NodeReport, len(c.masters))}
-	var fence *NodeReport
-	var wg sync.WaitGroup
-	for i, m := range c.masters {
-		wg.Go(func() {
-			rep.Masters[i] = c.checkNode(ctx, fmt.Sprintf("master %d", i), m, masterRules)
-			if _, ok := m.(driver.Subscriber); !ok {
-				rep.Masters[i].Findings = append(rep.Masters[i].Findings, Finding{Setting: "push wake-up", Source: "client", Value: "no", Status: Warning,
-					Why: "its driver cannot subscribe: Locks waiting on this master poll at the retry delay"})
-			}
-		})
-	}
+// Check reads the settings of each master and of the fence counter's node
+// (when the minter names one, [NodeMinter]) under which a lock can be
+// granted twice or a fence repeated, all nodes at once, each call bounded
+// by the node timeout; see [check.Nodes]. The error is only ctx's. See
+// docs/operations.md, "Checking masters".
+func (c *Client) Check(ctx context.Context) (check.Report, error) {
+	var fence driver.Conn
 	if on, ok := c.cfg.minter.(NodeMinter); ok {
-		node := on.Node()
-		wg.Go(func() {
-			r := c.checkNode(ctx, "fence counter", node, counterRules)
-			fence = &r
-		})
+		fence = on.Node()
 	}
-	wg.Wait()
-	rep.Fence = fence
-	return rep, ctx.Err()
-}
-
-// checkNode reads one node's settings, then judges them by rules.
-func (c *Client) checkNode(ctx context.Context, name string, node driver.Conn, rules func(settings) []Finding) NodeReport {
-	d := describe(node)
-	s := settings{}
-	insp, ok := node.(driver.Inspector)
-	var reach []Finding
-	if !ok {
-		reach = []Finding{{Setting: "settings", Source: "client", Status: Unknown,
-			Why: "its driver cannot read INFO or CONFIG: the server's settings are unknown"}}
-		return NodeReport{Node: name, Addr: label(d), Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
-	}
-	info, err := within(ctx, c.cfg.nodeTimeout, func(ctx context.Context) (string, error) { return insp.Info(ctx, "") })
-	if err == nil {
-		for line := range strings.Lines(info) {
-			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-				s[k] = v
-			}
-		}
-	} else if unreachable(err) {
-		reach = []Finding{{Setting: "reachable", Source: "server", Value: "no", Status: Warning,
-			Why: "did not answer INFO (" + err.Error() + "): its settings are unknown, and it cannot vote while this lasts"}}
-	}
-	// INFO shows these under other names; CONFIG is the authority when it
-	// answers, and the only source for the rest.
-	fromInfo := map[string]string{"maxmemory-policy": "maxmemory_policy", "appendonly": "aof_enabled"}
-	down := false
-	for _, p := range []string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite", "save"} {
-		if !down {
-			got, err := within(ctx, c.cfg.nodeTimeout, func(ctx context.Context) (map[string]string, error) { return insp.ConfigGet(ctx, p) })
-			if v, ok := got[p]; err == nil && ok {
-				s[p] = v
-				continue
-			}
-			// No reply at all: the next calls would wait as long.
-			down = err != nil && !isErrorReply(err)
-		}
-		if v, ok := s[fromInfo[p]]; ok && fromInfo[p] != "" {
-			if p == "appendonly" {
-				v = map[string]string{"1": "yes", "0": "no"}[v]
-			}
-			s[p] = v
-		}
-	}
-	return NodeReport{Node: name, Addr: label(d), Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
-}
-
-// unreachable reports an error that means the node could not be asked at
-// all: no reply, or a refused login. Other error replies (INFO renamed or
-// refused by an ACL) only leave settings unknown.
-func unreachable(err error) bool {
-	if !isErrorReply(err) {
-		return true
-	}
-	msg := err.Error()
-	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
-}
-
-// Reachable reports whether n's node answered Check's INFO.
-func (n NodeReport) Reachable() bool {
-	for _, f := range n.Findings {
-		if f.Setting == "reachable" {
-			return false
-		}
-	}
-	return true
-}
-
-// within runs call bounded by timeout, on a goroutine of its own: a
-// driver may not honour a deadline (go-redis in reads only with
-// ContextTimeoutEnabled). A call given up returns later into nothing.
-func within[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
-	type answer struct {
-		v   T
-		err error
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	done := make(chan answer, 1)
-	go func() {
-		defer cancel()
-		v, err := call(ctx)
-		done <- answer{v, err}
-	}()
-	select {
-	case a := <-done:
-		return a.v, a.err
-	case <-ctx.Done():
-		select {
-		case a := <-done:
-			return a.v, a.err
-		default:
-			var zero T
-			return zero, ctx.Err()
-		}
-	}
-}
-
-// settings are a node's INFO fields and CONFIG values, by name.
-type settings map[string]string
-
-func (s settings) finding(name string, judge func(v string) (Status, string)) Finding {
-	v, ok := s[name]
-	if !ok {
-		return Finding{Setting: name, Source: "server", Status: Unknown, Why: "could not be read (CONFIG GET refused or the node did not answer)"}
-	}
-	st, why := judge(v)
-	return Finding{Setting: name, Source: "server", Value: v, Status: st, Why: why}
-}
-
-func role(s settings) Finding {
-	return s.finding("role", func(v string) (Status, string) {
-		if v == "master" {
-			return OK, "a primary: it takes the writes"
-		}
-		return Problem, "a replica: it refuses the lock's writes, and a replica promoted at failover may lack keys its primary granted (replication is asynchronous)"
-	})
-}
-
-func version(s settings) Finding {
-	return s.finding("redis_version", func(v string) (Status, string) {
-		major, _, _ := strings.Cut(v, ".")
-		if n, err := strconv.Atoi(major); err == nil && n >= 6 {
-			return OK, "tested with 7.x"
-		}
-		return Warning, "older than 6.0: not tested with this library"
-	})
-}
-
-func policy(s settings) Finding {
-	return s.finding("maxmemory-policy", func(v string) (Status, string) {
-		if v == "noeviction" {
-			return OK, "a full memory refuses writes instead of dropping keys"
-		}
-		return Problem, "a full memory evicts keys, and every lock key has a TTL, so volatile-* evicts them too: a held lock can vanish and be granted again"
-	})
-}
-
-// masterRules judge a master: a restart without persistence forgets the
-// locks it voted for, which the spec answers with delayed restarts, so
-// weak persistence is a warning, not a problem.
-func masterRules(s settings) []Finding {
-	aof := s["appendonly"] == "yes"
-	return []Finding{
-		version(s), role(s), policy(s),
-		s.finding("appendonly", func(v string) (Status, string) {
-			if v == "yes" {
-				return OK, "lock keys survive a restart"
-			}
-			return Warning, "a restart forgets the locks it granted and can vote for a second holder: restart it only after the longest TTL has passed"
-		}),
-		s.finding("appendfsync", func(v string) (Status, string) {
-			switch {
-			case !aof:
-				return OK, "not used: appendonly is off"
-			case v == "always":
-				return OK, "every write is on disk before the reply"
-			}
-			return Warning, "a crash loses the last writes (up to a second with everysec): a lock granted then is forgotten; restart only after the longest TTL"
-		}),
-		s.finding("save", func(v string) (Status, string) {
-			switch {
-			case aof:
-				return OK, "the append-only file covers restarts"
-			case v == "":
-				return Warning, "no snapshots either: a restart starts empty"
-			}
-			return Warning, "snapshots only: a restart loses the locks granted since the last one"
-		}),
-	}
-}
-
-// counterRules judge the fence counter's node by the rules of
-// fence.RedisCounter.CheckDurability: a lost mint can repeat a fence, so
-// anything short of full durability is a problem.
-func counterRules(s settings) []Finding {
-	want := func(name, good, why string) Finding {
-		return s.finding(name, func(v string) (Status, string) {
-			if strings.EqualFold(v, good) {
-				return OK, "durable"
-			}
-			return Problem, why + " (want " + good + ")"
-		})
-	}
-	return []Finding{
-		version(s), role(s), policy(s),
-		want("appendonly", "yes", "a restart loses the counters: fences repeat"),
-		want("appendfsync", "always", "a crash loses the last mints: fences repeat"),
-		want("no-appendfsync-on-rewrite", "no", "mints during a rewrite are not fsynced: a crash then repeats fences"),
-	}
-}
-
-// clientFindings are the settings of a node's client that its driver
-// reports.
-func clientFindings(d driver.Description) []Finding {
-	if d.Settings == nil {
-		return []Finding{{Setting: "options", Source: "client", Status: Unknown, Why: "its driver reports no client settings"}}
-	}
-	f := make([]Finding, len(d.Settings))
-	for i, st := range d.Settings {
-		f[i] = Finding{Setting: st.Name, Source: "client", Value: st.Value, Status: OK, Why: st.Why}
-		if st.Warn {
-			f[i].Status = Warning
-		}
-	}
-	return f
+	return check.Nodes(ctx, c.cfg.nodeTimeout, c.masters, fence)
 }
 
 // strictGate is the state of [WithStrictCheck]: the outcome of the last
@@ -356,9 +37,9 @@ type strictGate struct {
 const strictRecheck = time.Second
 
 // admit is nil when the client may acquire: always without
-// [WithStrictCheck]; with it, once a check found no [Problem]. The first
-// call runs the check; later ones read its kept outcome, except that a
-// check some node did not answer is run again, at most once per second.
+// [WithStrictCheck]; with it, once a check found no [check.Problem]. The
+// first call runs the check; later ones read its kept outcome, except that
+// a check some node did not answer is run again, at most once per second.
 func (c *Client) admit(ctx context.Context) error {
 	g := c.cfg.gate
 	if !c.cfg.strict {
@@ -377,11 +58,15 @@ func (c *Client) admit(ctx context.Context) error {
 	return g.err
 }
 
-// complete reports whether every node answered INFO.
-func complete(rep Report) bool {
-	for _, n := range rep.nodes() {
+// complete reports whether every node answered INFO: no role is unknown.
+func complete(rep check.Report) bool {
+	nodes := rep.Masters
+	if rep.Fence != nil {
+		nodes = append(nodes[:len(nodes):len(nodes)], *rep.Fence)
+	}
+	for _, n := range nodes {
 		for _, f := range n.Findings {
-			if f.Setting == "role" && f.Status == Unknown {
+			if f.Setting == "role" && f.Status == check.Unknown {
 				return false
 			}
 		}

@@ -3,6 +3,8 @@ package redlock
 import (
 	"errors"
 	"fmt"
+
+	"quorumlock.dev/redlock/check"
 )
 
 // The errors a Client and a Lock return. Test for them with errors.Is: a
@@ -37,7 +39,8 @@ var (
 	ErrLockLost = errors.New("redlock: lock lost")
 	// ErrUnsafeConfig: [Client.Check] found a problem (a replica, an evicting
 	// maxmemory-policy); with [WithStrictCheck] acquisitions fail with it.
-	ErrUnsafeConfig = errors.New("redlock: unsafe configuration")
+	// It is [check.ErrUnsafe], which [check.Report.Err] wraps.
+	ErrUnsafeConfig = check.ErrUnsafe
 )
 
 // The reasons the renewer of [Lock.Renew] gives when it ends a lock; the

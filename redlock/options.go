@@ -129,7 +129,7 @@ func WithFairness(entryTTL time.Duration) Option {
 }
 
 // WithStrictCheck makes the client refuse to lock while [Client.Check]
-// finds a [Problem] on a master or the fence counter: every acquisition
+// finds a [check.Problem] on a master or the fence counter: every acquisition
 // then fails with an error wrapping [ErrUnsafeConfig]. New does no I/O, so
 // the check runs at the first acquisition, which waits for it; its outcome
 // is kept, so a setting changed later is not seen (run Check on a schedule

@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/redlock/check"
 
 	"quorumlock.dev/driver/goredis"
 )
@@ -365,7 +366,7 @@ func TestWaitWithoutSubscribe(t *testing.T) {
 		for _, f := range n.Findings {
 			if f.Setting == "push wake-up" {
 				found = true
-				assert.Equal(t, Warning, f.Status)
+				assert.Equal(t, check.Warning, f.Status)
 				assert.Equal(t, "no", f.Value)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
+	"quorumlock.dev/redlock/check"
 
 	"quorumlock.dev/driver"
 
@@ -112,13 +113,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "redlock-bench check: %s\n", oneLine(err))
 		return exitError
 	}
-	if rep.Worst() == redlock.Problem {
+	if rep.Worst() == check.Problem {
 		return exitError
 	}
 	return exitOK
 }
 
-func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, error) {
+func checkServers(ctx context.Context, inv *checkInvocation) (check.Report, error) {
 	var clients []*redis.Client
 	defer func() {
 		for _, c := range clients {
@@ -139,17 +140,17 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 	if inv.fence != nil {
 		counter, err := fence.NewRedisCounter(goredis.Conn(dial(inv.fence)))
 		if err != nil {
-			return redlock.Report{}, err
+			return check.Report{}, err
 		}
 		opts = append(opts, redlock.WithFence(counter))
 	}
 	client, err := redlock.New(masters, opts...)
 	if err != nil {
-		return redlock.Report{}, fmt.Errorf("%w: %w", benchrun.ErrConfig, err)
+		return check.Report{}, fmt.Errorf("%w: %w", benchrun.ErrConfig, err)
 	}
 	rep, err := client.Check(ctx)
 	if err != nil {
-		return redlock.Report{}, err
+		return check.Report{}, err
 	}
 	for i := range rep.Masters {
 		rep.Masters[i] = operatorView(rep.Masters[i])
@@ -167,14 +168,14 @@ func checkServers(ctx context.Context, inv *checkInvocation) (redlock.Report, er
 // problem here, where Client.Check calls it a warning (so that a strict
 // client still locks on the masters that are up): an operator who asked
 // about a node has no answer, and the exit status says so.
-func operatorView(n redlock.NodeReport) redlock.NodeReport {
-	var kept []redlock.Finding
+func operatorView(n check.NodeReport) check.NodeReport {
+	var kept []check.Finding
 	for _, f := range n.Findings {
 		if f.Source != "server" {
 			continue
 		}
-		if f.Setting == "reachable" && f.Status < redlock.Problem {
-			f.Status = redlock.Problem
+		if f.Setting == "reachable" && f.Status < check.Problem {
+			f.Status = check.Problem
 			f.Why += "; a problem for this check, which could not judge the node"
 		}
 		kept = append(kept, f)
@@ -185,13 +186,13 @@ func operatorView(n redlock.NodeReport) redlock.NodeReport {
 
 // writeCheck prints rep as a table (one line per setting, then the worst
 // status) or as JSON: the report's masters and fence, and "worst".
-func writeCheck(w io.Writer, rep redlock.Report, format string) error {
+func writeCheck(w io.Writer, rep check.Report, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			redlock.Report
-			Worst redlock.Status `json:"worst"`
+			check.Report
+			Worst check.Status `json:"worst"`
 		}{rep, rep.Worst()})
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"quorumlock.dev/redlock"
+	"quorumlock.dev/redlock/check"
 )
 
 // Label values of the counters, indexed by the constants below.
@@ -329,10 +330,10 @@ func (m *Metrics) MasterClockJumped(addr string, _ time.Duration) {
 func (m *Metrics) FenceRejected() { m.rejected.Inc() }
 
 // RecordCheck sets, for each node of r (a [redlock.Client.Check] report),
-// the number of its findings at [redlock.Problem]. Call it with each
+// the number of its findings at [check.Problem]. Call it with each
 // scheduled Check; a node is named by its address, or by its place
 // ("master 0", "fence counter") when it has none.
-func (m *Metrics) RecordCheck(r redlock.Report) {
+func (m *Metrics) RecordCheck(r check.Report) {
 	nodes := r.Masters
 	if r.Fence != nil {
 		nodes = append(nodes[:len(nodes):len(nodes)], *r.Fence)
@@ -340,7 +341,7 @@ func (m *Metrics) RecordCheck(r redlock.Report) {
 	for _, n := range nodes {
 		bad := 0
 		for _, f := range n.Findings {
-			if f.Status == redlock.Problem {
+			if f.Status == check.Problem {
 				bad++
 			}
 		}

@@ -20,6 +20,7 @@ import (
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock"
+	"quorumlock.dev/redlock/check"
 
 	"quorumlock.dev/driver"
 
@@ -322,7 +323,7 @@ func TestLint(t *testing.T) {
 	m.Voted("127.0.0.1:6379", redlock.VoteAgreed, time.Millisecond)
 	m.MasterQuarantined("127.0.0.1:6379", time.Now())
 	m.MasterDrift("127.0.0.1:6379", 1)
-	m.RecordCheck(redlock.Report{Masters: []redlock.NodeReport{{Node: "master 0", Addr: "127.0.0.1:6379"}}})
+	m.RecordCheck(check.Report{Masters: []check.NodeReport{{Node: "master 0", Addr: "127.0.0.1:6379"}}})
 	problems, err := testutil.CollectAndLint(m)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
