@@ -21,6 +21,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -44,6 +45,13 @@ func Replied(err error) bool {
 	if err == nil || errors.Is(err, Nil) {
 		return true
 	}
+	var re *ReplyError
+	return errors.As(err, &re)
+}
+
+// IsReplyError reports an error reply of the server (a *ReplyError,
+// wrapped or not).
+func IsReplyError(err error) bool {
 	var re *ReplyError
 	return errors.As(err, &re)
 }
@@ -124,6 +132,24 @@ type Inspector interface {
 // client.
 type Describer interface {
 	Describe() Description
+}
+
+// Describe is what c says of its client; the zero Description when c is
+// no Describer.
+func Describe(c Conn) Description {
+	if d, ok := c.(Describer); ok {
+		return d.Describe()
+	}
+	return Description{}
+}
+
+// Label names the client for messages and duplicate checks: its address,
+// "cluster a,b,c" for a cluster, or "" when not known.
+func (d Description) Label() string {
+	if d.Cluster != nil {
+		return "cluster " + strings.Join(d.Cluster, ",")
+	}
+	return d.Addr
 }
 
 // Description is what a client says of itself.

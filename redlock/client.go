@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -104,7 +103,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		if nilcheck.Is(m) {
 			return nil, invalid("master %d is nil", i)
 		}
-		d := describe(m)
+		d := driver.Describe(m)
 		if d.Unsafe != "" {
 			return nil, invalid("master %d is not one failure domain: %s", i, d.Unsafe)
 		}
@@ -113,7 +112,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 				return nil, invalid("masters %d and %d are the same client", j, i)
 			}
 		}
-		addr := label(d)
+		addr := d.Label()
 		if j, dup := seen[addr]; dup && addr != "" {
 			return nil, invalid("masters %d and %d are both %s", j, i, addr)
 		}
@@ -143,7 +142,7 @@ func (c *Client) checkFenceNode() error {
 		return nil
 	}
 	node := on.Node()
-	addr := label(describe(node))
+	addr := driver.Describe(node).Label()
 	for i, m := range c.masters {
 		if sameClient(m, node) || (addr != "" && addr == c.addrs[i]) {
 			return invalid("the fence counter is on master %d (%s); it needs a node of its own", i, c.addrs[i])
@@ -158,7 +157,7 @@ func sameClient(a, b driver.Conn) bool {
 	if same(a, b) {
 		return true
 	}
-	ca, cb := describe(a).Client, describe(b).Client
+	ca, cb := driver.Describe(a).Client, driver.Describe(b).Client
 	return ca != nil && same(ca, cb)
 }
 
@@ -479,35 +478,18 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
-		}
-		if q != nil {
-			won, err := c.fairCall(ctx, i, q, rep, l.token, ttl.Milliseconds())
-			c.exit(ctx, i, probe, err)
-			if won && c.quarantined(i) {
-				return false, errQuarantined
+		set, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
+			switch {
+			case q != nil:
+				return c.fairCall(ctx, m, i, q, rep, l.token, ttl.Milliseconds())
+			case len(l.keys) == 1:
+				return m.SetNX(ctx, l.keys[0], l.token, ttl)
 			}
-			return won, err
-		}
-		var set bool
-		var err error
-		if len(l.keys) == 1 {
-			set, err = c.masters[i].SetNX(ctx, l.keys[0], l.token, ttl)
-		} else {
-			set, err = acquireAll(ctx, c.masters[i], l.keys, args)
-		}
-		c.exit(ctx, i, probe, err)
-		switch {
-		case set && c.quarantined(i):
-			// The key is set there (so the master knows the holder, and the
-			// release reaches it) but the vote is not counted.
-			return false, errQuarantined
-		case err == nil: // the key was ours to set, or held by another token, or of another type
-			return set, nil
-		}
-		return false, err
+			return acquireAll(ctx, m, l.keys, args)
+		})
+		// Without an error, set is false when the key was held by another
+		// token or of another type (the release that follows tells which).
+		return c.vote(i, set, err)
 	}))
 	l.round = round
 	lease := c.lease(ttl)
@@ -564,41 +546,6 @@ func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
 // is still in flight gets its release after that SET returns.
 func (c *Client) abandon(ctx context.Context, round *quorum.Round, l *Lock) []release {
 	return l.releaseAll(ctx, round, nil)
-}
-
-// enter passes master i's breaker before a call: false means the master is
-// stuck and must not be called ([errStuck]). A true enter is followed by
-// exit with the same probe and the call's error.
-func (c *Client) enter(i int) (ok, probe bool) {
-	return c.health[i].enter(c.nanos(), int64(c.cfg.nodeTimeout))
-}
-
-// exit records that a call to master i on ctx (a round's) returned err. A
-// call that got no reply because the caller's own context ended, not the
-// round's deadline, says nothing of the master: go-redis gives up such a
-// call before it takes a connection. It counts neither way.
-func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
-	h := &c.health[i]
-	if callerEnded(ctx, err) {
-		h.abstain(probe)
-		return
-	}
-	ok := replied(err)
-	now := c.nanos()
-	switch {
-	case ok:
-	case ctx.Err() == nil:
-		// A failure of the master's own, not the round's deadline: a cause
-		// worth telling in the errors of the calls that time out after it.
-		h.lastFailure.Store(&failure{err: err, at: now})
-	default:
-		// The round's deadline: go-redis may be redialling a refused port
-		// in the background, and says so only in its log.
-		c.diagnose(i, now)
-	}
-	if h.exit(now, probe, ok) && c.guard != nil {
-		c.suspect(i)
-	}
 }
 
 // isWrongType reports a key of another type than string under the lock's
@@ -660,63 +607,11 @@ func (c *Client) classify(ctx context.Context, failed int, lost error, errs []er
 	return errors.Join(all...)
 }
 
-// masterError is the error of op on master i. A call that did not answer
-// in time, or that the breaker held back, says why the master last failed
-// when it has not replied since: a timeout alone would hide a refused port
-// behind go-redis's redials.
-func (c *Client) masterError(i int, op string, err error) *MasterError {
-	if errors.Is(err, quorum.ErrTimeout) || errors.Is(err, errStuck) {
-		h := &c.health[i]
-		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
-			err = fmt.Errorf("%w (it last failed %v ago: %w)", err, time.Duration(c.nanos()-f.at).Round(time.Millisecond), f.err)
-		}
-	}
-	return &MasterError{Addr: c.addrs[i], Op: op, Err: err}
-}
-
 // cutShort reports a round that the caller's context ended with masters
 // still to answer: its error says what the masters did not have time to
 // say, and a Lock that retried reports the attempt before it.
 func cutShort(ctx context.Context, round *quorum.Round) bool {
 	return ctx.Err() != nil && round != nil && !round.TimedOut && round.Unanswered() > 0
-}
-
-// callerEnded reports a call on ctx (a round's) that failed with err
-// because the caller's own context ended, not the round's deadline: err
-// is the context's error. A network error of a call that went on past the
-// caller's context (a read timeout, say) is still the master's.
-func callerEnded(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() != nil && context.Cause(ctx) != quorum.ErrTimeout &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
-}
-
-// diagnose dials master i's address, in the background, at most one dial
-// at a time and one per node timeout, after a call to it missed the
-// round's deadline: a dial that fails (a refused port, no route) is the
-// cause that masterError tells. A dial that succeeds tells nothing.
-func (c *Client) diagnose(i int, now int64) {
-	h := &c.health[i]
-	addr := c.dialAddrs[i]
-	if addr == "" || now-h.lastDiagnosis.Load() < int64(c.cfg.nodeTimeout) {
-		return
-	}
-	done := make(chan struct{})
-	if !h.diagnosis.CompareAndSwap(nil, &done) {
-		return
-	}
-	h.lastDiagnosis.Store(now)
-	go func() {
-		defer func() {
-			h.diagnosis.Store(nil)
-			close(done)
-		}()
-		conn, err := net.DialTimeout("tcp", addr, c.cfg.nodeTimeout)
-		if err != nil {
-			h.lastFailure.Store(&failure{err: fmt.Errorf("a dial to see why: %w", err), at: c.nanos()})
-			return
-		}
-		_ = conn.Close()
-	}()
 }
 
 // diagnosed waits, at most a quarter of the node timeout, for the dials

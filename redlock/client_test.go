@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -21,79 +22,80 @@ import (
 	"quorumlock.dev/internal/clockdrift"
 
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/internal/memredis"
 )
 
-// TestQuorumMatrix: for every split of N masters into free, held by another
-// client and down, the lock is granted exactly when the free ones are a
-// majority; a lost attempt leaves none of our keys behind.
+// TestQuorumMatrix: every split of 1, 3, 5 and 7 masters into held by
+// another client, down and free, in virtual time: TryLock wins exactly
+// when the free masters make a majority, says why when it loses, and
+// leaves no key of its own and another holder's keys untouched.
 func TestQuorumMatrix(t *testing.T) {
 	for _, n := range []int{1, 3, 5, 7} {
-		servers, _ := miniMasters(t, n)
 		need := n/2 + 1
 		for held := 0; held <= n; held++ {
 			for down := 0; held+down <= n; down++ {
 				t.Run(fmt.Sprintf("masters=%d/held=%d/down=%d", n, held, down), func(t *testing.T) {
-					// Fresh clients: go-redis stops dialling a server for a
-					// while after it was down, and that is not under test.
-					masters := make([]Master, n)
-					for i, s := range servers {
-						masters[i] = goredis.Conn(newClient(t, s.Addr()))
-					}
-					c := newTestClient(t, masters, WithNodeTimeout(100*time.Millisecond))
-					require.Equal(t, need, c.Quorum())
-					res := resourceName(t)
-					for i := 0; i < held; i++ {
-						require.NoError(t, servers[i].Set("lock:"+res, "someone-else"))
-					}
-					for i := held; i < held+down; i++ {
-						servers[i].Close()
-					}
-					t.Cleanup(func() {
-						for i := held; i < held+down; i++ {
-							require.NoError(t, servers[i].Restart())
+					synctest.Test(t, func(t *testing.T) {
+						servers, masters := memMasters(n)
+						c := virtualClient(t, masters, WithNodeTimeout(100*time.Millisecond))
+						require.Equal(t, need, c.Quorum())
+						const res = "job"
+						for _, s := range servers[:held] {
+							s.Set("lock:"+res, "someone-else", time.Minute)
+						}
+						for _, s := range servers[held : held+down] {
+							s.Fail(memredis.ErrDown)
+						}
+						holders := func(token string) int {
+							synctest.Wait() // the calls a round did not wait for land
+							n := 0
+							for _, s := range servers {
+								if v, ok := s.Get("lock:" + res); ok && v == token {
+									n++
+								}
+							}
+							return n
+						}
+
+						l, err := c.TryLock(context.Background(), res, time.Minute)
+						free := n - held - down
+						if free >= need {
+							require.NoError(t, err)
+							assert.Equal(t, free, holders(l.Token()))
+							require.NoError(t, l.Unlock(context.Background()))
+							assert.Zero(t, holders(l.Token()))
+							return
+						}
+						require.Error(t, err)
+						assert.Nil(t, l)
+						switch {
+						case down > n-need && held > 0:
+							// Both contention and failures rule the majority out; the
+							// error names what the first answers proved, and always
+							// carries the failed masters.
+							assert.True(t, errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrNotAcquired), err)
+							var me *MasterError
+							assert.ErrorAs(t, err, &me)
+						case down > n-need:
+							assert.ErrorIs(t, err, ErrQuorumUnavailable)
+							var me *MasterError
+							require.ErrorAs(t, err, &me)
+							assert.Equal(t, "acquire", me.Op)
+							assert.Contains(t, me.Addr, "mem-")
+						default:
+							assert.ErrorIs(t, err, ErrNotAcquired)
+							assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+						}
+						synctest.Wait()
+						for i, s := range servers[held+down:] {
+							_, ok := s.Get("lock:" + res)
+							assert.False(t, ok, "free master %d keeps a key after a lost attempt", held+down+i)
+						}
+						for _, s := range servers[:held] {
+							v, _ := s.Get("lock:" + res)
+							assert.Equal(t, "someone-else", v, "a lost attempt touched another holder's key")
 						}
 					})
-
-					l, err := c.TryLock(context.Background(), res, time.Minute)
-					free := n - held - down
-					if free >= need {
-						require.NoError(t, err)
-						// Early return: the slower free masters may still be setting the key.
-						require.Eventually(t, func() bool { return holders(t, servers, res, l.Token()) == free },
-							time.Second, time.Millisecond)
-						require.NoError(t, l.Unlock(context.Background()))
-						// Unlock returns at a confirmed majority; the rest follow.
-						assert.Eventually(t, func() bool { return holders(t, servers, res, l.Token()) == 0 },
-							time.Second, time.Millisecond)
-						return
-					}
-					require.Error(t, err)
-					assert.Nil(t, l)
-					switch {
-					case down > n-need && held > 0:
-						// Both contention and failures rule the majority out; the
-						// error names what the first answers proved, and always
-						// carries the failed masters.
-						assert.True(t, errors.Is(err, ErrQuorumUnavailable) || errors.Is(err, ErrNotAcquired), err)
-						var me *MasterError
-						assert.ErrorAs(t, err, &me)
-					case down > n-need:
-						assert.ErrorIs(t, err, ErrQuorumUnavailable)
-						var me *MasterError
-						require.ErrorAs(t, err, &me)
-						assert.Equal(t, "acquire", me.Op)
-						assert.Contains(t, me.Addr, "127.0.0.1:")
-					default:
-						assert.ErrorIs(t, err, ErrNotAcquired)
-						assert.NotErrorIs(t, err, ErrQuorumUnavailable)
-					}
-					for i, s := range servers[held+down:] {
-						assert.False(t, s.Exists("lock:"+res), "free master %d keeps a key after a lost attempt", held+down+i)
-					}
-					for _, s := range servers[:held] {
-						v, _ := s.Get("lock:" + res)
-						assert.Equal(t, "someone-else", v, "a lost attempt touched another holder's key")
-					}
 				})
 			}
 		}

@@ -373,7 +373,7 @@ func TestClockMonitorAllocs(t *testing.T) {
 		for i, s := range servers {
 			masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 		}
-		c := newTestClient(t, masters, opts...)
+		c := newTestClient(t, masters, append([]Option{roomy}, opts...)...)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}

@@ -118,9 +118,9 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
 	}
 }
 
-// fairCall is one queued attempt on master i: true when the key is ours.
-func (c *Client) fairCall(ctx context.Context, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := evalSlice(ctx, c.masters[i], fairLockScript, q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag)
+// fairCall is one queued attempt on master i, m: true when the key is ours.
+func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
+	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag)
 	if err != nil {
 		return false, err
 	}
@@ -229,13 +229,10 @@ func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(
 		if skip != nil && skip(i) {
 			return true, nil
 		}
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
-		}
-		_, err := c.masters[i].Eval(ctx, fairLeaveScript, keys, ids...)
-		c.exit(ctx, i, probe, err)
-		if err != nil {
+		_, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (any, error) {
+			return m.Eval(ctx, fairLeaveScript, keys, ids...)
+		})
+		if err != nil && err != errStuck { // a master the breaker skipped was not asked
 			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)
 		}
 		return err == nil, err

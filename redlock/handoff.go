@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/quorum"
 )
 
@@ -444,28 +445,16 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		if who[i].Load() != byHandoff {
 			return false, errNotHanded
 		}
-		ok, probe := c.enter(i)
-		if !ok {
-			replies[i].Store(-1)
-			answered <- struct{}{}
-			return false, errStuck
-		}
-		n, err := evalInt(ctx, c.masters[i], releaseScript, l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
-		c.exit(ctx, i, probe, err)
+		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
+			return evalInt(ctx, m, releaseScript, l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
+		})
 		if err != nil {
 			replies[i].Store(-1)
 		} else {
 			replies[i].Store(n + 1)
 		}
 		answered <- struct{}{}
-		handed := n == handedOver || n == handedFree
-		switch {
-		case err != nil:
-			return false, err
-		case handed && c.quarantined(i):
-			return false, errQuarantined
-		}
-		return handed, nil
+		return c.vote(i, n == handedOver || n == handedFree, err)
 	})
 	next.round = round
 	lease := c.lease(ttl)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/quorum"
 )
 
@@ -464,12 +465,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	ended := ctx.Err()
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
-		}
-		n, err := evalInt(ctx, c.masters[i], extendScript, l.keys, l.token, ms)
-		c.exit(ctx, i, probe, err)
+		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
+			return evalInt(ctx, m, extendScript, l.keys, l.token, ms)
+		})
 		return n == 1, err
 	})
 	lease := c.lease(ttl)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -112,12 +111,6 @@ func (h *health) abstain(probe bool) {
 // error, a nil reply or an error reply.
 func replied(err error) bool { return driver.Replied(err) }
 
-// isErrorReply reports an error reply of the server.
-func isErrorReply(err error) bool {
-	var re *driver.ReplyError
-	return errors.As(err, &re)
-}
-
 // evalInt runs script on m and reads an integer reply.
 func evalInt(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) (int64, error) {
 	v, err := m.Eval(ctx, script, keys, args...)
@@ -154,24 +147,6 @@ func (c *Client) neverSent(i int, err error) bool {
 	}
 	var op *net.OpError
 	return c.noRetry[i] && errors.As(err, &op) && op.Op == "dial"
-}
-
-// describe is what m's driver says of its client; nothing when it says
-// nothing.
-func describe(m driver.Conn) driver.Description {
-	if d, ok := m.(driver.Describer); ok {
-		return d.Describe()
-	}
-	return driver.Description{}
-}
-
-// label names a client for duplicate checks and messages: host:port,
-// "cluster a,b,c", or "" when not known.
-func label(d driver.Description) string {
-	if d.Cluster != nil {
-		return "cluster " + strings.Join(d.Cluster, ",")
-	}
-	return d.Addr
 }
 
 // clock is the time the client reads: the monotonic clock for every bound,

@@ -253,7 +253,7 @@ func TestObserverAllocs(t *testing.T) {
 		for i, s := range servers {
 			masters[i] = goredis.Conn(redistest.Client(t, s.Addr()))
 		}
-		return newTestClient(t, masters, opts...)
+		return newTestClient(t, masters, append([]Option{roomy}, opts...)...)
 	}
 	counting := &countingObserver{}
 	clients := []*Client{client(), client(WithHooks(hooksOf(counting)))}
@@ -262,7 +262,7 @@ func TestObserverAllocs(t *testing.T) {
 	// by several, upwards (see leastCycleAllocs).
 	least := leastCycleAllocs(t, 2*time.Second, 4, clients...)
 	none, observed := least[0], least[1]
-	t.Logf("allocs per 5-master cycle, least of 4: no observer %.0f, LockObserver %.0f (race detector: %v)", none, observed, raceEnabled())
+	t.Logf("allocs per 5-master cycle, least of 4: no hooks %.0f, the lock's hooks %.0f (race detector: %v)", none, observed, raceEnabled())
 	// Even the least of four varies by a few with nothing changed.
 	const margin = 5
 	assert.LessOrEqual(t, observed, none+1+margin, "a LockObserver costs more than its vote closure")

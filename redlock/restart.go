@@ -131,7 +131,7 @@ func (c *Client) startGuard() {
 		why := ""
 		if _, ok := m.(driver.Inspector); !ok {
 			why = "its driver cannot read INFO or TIME"
-		} else if describe(m).Cluster != nil {
+		} else if driver.Describe(m).Cluster != nil {
 			why = "it is a cluster"
 		}
 		if why != "" {
@@ -263,7 +263,7 @@ func (c *Client) sample(ctx context.Context, i int) {
 // refused reports an error reply that says INFO will never be answered:
 // not permitted (ACL) or not known (renamed away).
 func refused(err error) bool {
-	if !isErrorReply(err) {
+	if !driver.IsReplyError(err) {
 		return false
 	}
 	msg := err.Error()

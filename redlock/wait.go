@@ -519,12 +519,9 @@ func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key strin
 		if round.Answer(i) != quorum.Refused {
 			return true, nil
 		}
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
-		}
-		vals, err := evalSlice(ctx, c.masters[i], holderScript, keys)
-		c.exit(ctx, i, probe, err)
+		vals, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) ([]any, error) {
+			return evalSlice(ctx, m, holderScript, keys)
+		})
 		if err != nil || len(vals) != 2 {
 			return false, err
 		}

@@ -10,7 +10,6 @@ package check
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -54,14 +53,8 @@ func Nodes(ctx context.Context, timeout time.Duration, masters []driver.Conn, fe
 
 // node reads one node's settings, then judges them by rules.
 func node(ctx context.Context, timeout time.Duration, name string, conn driver.Conn, rules func(settings) []Finding) NodeReport {
-	var d driver.Description
-	if dc, ok := conn.(driver.Describer); ok {
-		d = dc.Describe()
-	}
-	addr := d.Addr
-	if d.Cluster != nil {
-		addr = "cluster " + strings.Join(d.Cluster, ",")
-	}
+	d := driver.Describe(conn)
+	addr := d.Label()
 	s := settings{}
 	insp, ok := conn.(driver.Inspector)
 	var reach []Finding
@@ -93,7 +86,7 @@ func node(ctx context.Context, timeout time.Duration, name string, conn driver.C
 				continue
 			}
 			// No reply at all: the next calls would wait as long.
-			down = err != nil && !isErrorReply(err)
+			down = err != nil && !driver.IsReplyError(err)
 		}
 		if v, ok := s[fromInfo[p]]; ok && fromInfo[p] != "" {
 			if p == "appendonly" {
@@ -105,16 +98,11 @@ func node(ctx context.Context, timeout time.Duration, name string, conn driver.C
 	return NodeReport{Node: name, Addr: addr, Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
 }
 
-func isErrorReply(err error) bool {
-	var re *driver.ReplyError
-	return errors.As(err, &re)
-}
-
 // unreachable reports an error that means the node could not be asked at
 // all: no reply, or a refused login. Other error replies (INFO renamed or
 // refused by an ACL) only leave settings unknown.
 func unreachable(err error) bool {
-	if !isErrorReply(err) {
+	if !driver.IsReplyError(err) {
 		return true
 	}
 	msg := err.Error()

@@ -1,0 +1,127 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/quorum"
+)
+
+// call is one call to master i: f on its connection, through the master's
+// breaker. When the breaker holds the call back, f is not called and the
+// error is errStuck; otherwise the breaker records f's outcome (see exit).
+func call[T any](c *Client, ctx context.Context, i int, f func(context.Context, driver.Conn) (T, error)) (T, error) {
+	ok, probe := c.enter(i)
+	if !ok {
+		var zero T
+		return zero, errStuck
+	}
+	v, err := f(ctx, c.masters[i])
+	c.exit(ctx, i, probe, err)
+	return v, err
+}
+
+// vote is master i's vote in an acquisition whose call returned agreed and
+// err. A key set on a quarantined master (see quarantined) stays set, so
+// that the master knows the holder and the release reaches it, but its
+// vote is not counted: errQuarantined.
+func (c *Client) vote(i int, agreed bool, err error) (bool, error) {
+	switch {
+	case agreed && c.quarantined(i):
+		return false, errQuarantined
+	case err != nil:
+		return false, err
+	}
+	return agreed, nil
+}
+
+// enter passes master i's breaker before a call: false means the master is
+// stuck and must not be called ([errStuck]). A true enter is followed by
+// exit with the same probe and the call's error.
+func (c *Client) enter(i int) (ok, probe bool) {
+	return c.health[i].enter(c.nanos(), int64(c.cfg.nodeTimeout))
+}
+
+// exit records that a call to master i on ctx (a round's) returned err. A
+// call that got no reply because the caller's own context ended, not the
+// round's deadline, says nothing of the master: go-redis gives up such a
+// call before it takes a connection. It counts neither way.
+func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
+	h := &c.health[i]
+	if callerEnded(ctx, err) {
+		h.abstain(probe)
+		return
+	}
+	ok := replied(err)
+	now := c.nanos()
+	switch {
+	case ok:
+	case ctx.Err() == nil:
+		// A failure of the master's own, not the round's deadline: a cause
+		// worth telling in the errors of the calls that time out after it.
+		h.lastFailure.Store(&failure{err: err, at: now})
+	default:
+		// The round's deadline: go-redis may be redialling a refused port
+		// in the background, and says so only in its log.
+		c.diagnose(i, now)
+	}
+	if h.exit(now, probe, ok) && c.guard != nil {
+		c.suspect(i)
+	}
+}
+
+// masterError is the error of op on master i. A call that did not answer
+// in time, or that the breaker held back, says why the master last failed
+// when it has not replied since: a timeout alone would hide a refused port
+// behind go-redis's redials.
+func (c *Client) masterError(i int, op string, err error) *MasterError {
+	if errors.Is(err, quorum.ErrTimeout) || errors.Is(err, errStuck) {
+		h := &c.health[i]
+		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
+			err = fmt.Errorf("%w (it last failed %v ago: %w)", err, time.Duration(c.nanos()-f.at).Round(time.Millisecond), f.err)
+		}
+	}
+	return &MasterError{Addr: c.addrs[i], Op: op, Err: err}
+}
+
+// callerEnded reports a call on ctx (a round's) that failed with err
+// because the caller's own context ended, not the round's deadline: err
+// is the context's error. A network error of a call that went on past the
+// caller's context (a read timeout, say) is still the master's.
+func callerEnded(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil && context.Cause(ctx) != quorum.ErrTimeout &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// diagnose dials master i's address, in the background, at most one dial
+// at a time and one per node timeout, after a call to it missed the
+// round's deadline: a dial that fails (a refused port, no route) is the
+// cause that masterError tells. A dial that succeeds tells nothing.
+func (c *Client) diagnose(i int, now int64) {
+	h := &c.health[i]
+	addr := c.dialAddrs[i]
+	if addr == "" || now-h.lastDiagnosis.Load() < int64(c.cfg.nodeTimeout) {
+		return
+	}
+	done := make(chan struct{})
+	if !h.diagnosis.CompareAndSwap(nil, &done) {
+		return
+	}
+	h.lastDiagnosis.Store(now)
+	go func() {
+		defer func() {
+			h.diagnosis.Store(nil)
+			close(done)
+		}()
+		conn, err := net.DialTimeout("tcp", addr, c.cfg.nodeTimeout)
+		if err != nil {
+			h.lastFailure.Store(&failure{err: fmt.Errorf("a dial to see why: %w", err), at: c.nanos()})
+			return
+		}
+		_ = conn.Close()
+	}()
+}
