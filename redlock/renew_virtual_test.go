@@ -83,6 +83,25 @@ func progressing(l *Lock, period time.Duration) (stop func()) {
 	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
+// progressingHolder takes "job" for ttl with w's client, reports progress
+// every 20 ms until the test ends, and starts a renewer with maxHold.
+func (w renewWorld) progressingHolder(t *testing.T, ttl, maxHold time.Duration) *Lock {
+	t.Helper()
+	l, err := w.client.TryLock(context.Background(), "job", ttl)
+	require.NoError(t, err)
+	t.Cleanup(progressing(l, 20*time.Millisecond))
+	require.NoError(t, l.Renew(ttl, maxHold))
+	return l
+}
+
+// toldOnce checks that the hook heard of exactly one failure, reason.
+func (w renewWorld) toldOnce(t *testing.T, reason error) {
+	t.Helper()
+	told := w.obs.told()
+	require.Len(t, told, 1)
+	assert.ErrorIs(t, told[0], reason)
+}
+
 func TestRenewVirtual(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a stalled worker loses the lock at the first check", func(t *testing.T) {
@@ -132,12 +151,8 @@ func TestRenewVirtual(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newRenewWorld(t)
 			ttl := 300 * time.Millisecond
-			l, err := w.client.TryLock(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := w.progressingHolder(t, ttl, time.Minute)
 			until := l.Until()
-			stop := progressing(l, 20*time.Millisecond)
-			defer stop()
-			require.NoError(t, l.Renew(ttl, time.Minute))
 			synctest.Wait()
 			for _, s := range w.servers {
 				s.Del(l.key)
@@ -147,30 +162,21 @@ func TestRenewVirtual(t *testing.T) {
 			cause := context.Cause(l.Context())
 			assert.ErrorIs(t, cause, ErrLockLost)
 			assert.ErrorIs(t, cause, ErrLockNotHeld, "the cause carries Extend's error")
-			told := w.obs.told()
-			require.Len(t, told, 1)
-			assert.ErrorIs(t, told[0], ErrLockNotHeld)
+			w.toldOnce(t, ErrLockNotHeld)
 		})
 	})
 	t.Run("max hold ends it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newRenewWorld(t)
 			ttl := 300 * time.Millisecond
-			start := time.Now()
-			l, err := w.client.TryLock(ctx, "job", ttl)
-			require.NoError(t, err)
-			until := l.Until()
-			stop := progressing(l, 20*time.Millisecond)
-			defer stop()
-			maxHold := 700 * time.Millisecond
-			require.NoError(t, l.Renew(ttl, maxHold))
+			start, maxHold := time.Now(), 700*time.Millisecond
+			l := w.progressingHolder(t, ttl, maxHold)
+			firstCheck := l.Until().Add(-w.lead(ttl))
 			lost := ended(t, l.Context())
 			assert.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
-			assert.True(t, lost.After(until.Add(-w.lead(ttl))), "never extended before max hold")
+			assert.True(t, lost.After(firstCheck), "never extended before max hold")
 			assert.False(t, lost.After(start.Add(maxHold)), "held past the maximum")
-			told := w.obs.told()
-			require.Len(t, told, 1)
-			assert.ErrorIs(t, told[0], ErrMaxHold)
+			w.toldOnce(t, ErrMaxHold)
 			assert.Zero(t, w.holding(l))
 		})
 	})
@@ -178,12 +184,8 @@ func TestRenewVirtual(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newRenewWorld(t)
 			ttl := 300 * time.Millisecond
-			l, err := w.client.TryLock(ctx, "job", ttl)
-			require.NoError(t, err)
+			l := w.progressingHolder(t, ttl, time.Minute)
 			until := l.Until()
-			stop := progressing(l, 20*time.Millisecond)
-			defer stop()
-			require.NoError(t, l.Renew(ttl, time.Minute))
 			for _, s := range w.servers[:2] {
 				s.Fail(memredis.ErrDown)
 			}
