@@ -33,8 +33,11 @@ var (
 	extendScript = driver.NewScript(extendLua)
 )
 
-// Client takes locks on a fixed set of masters. It is safe for concurrent
-// use by many goroutines.
+// Client takes locks on a fixed set of masters; it is safe for concurrent use.
+// Its goroutines: with [WithRestartGuard] or [WithClockMonitor], from New, one
+// watcher and at most one sample per master; from the first Lock that waits,
+// two per master that can subscribe; one per renewing Lock ([Lock.Renew]).
+// [Client.Close] ends all but the renewers.
 type Client struct {
 	masters []driver.Conn
 	addrs   []string // for errors and logs
@@ -57,20 +60,11 @@ type Client struct {
 	tag       string        // 8 hex digits in the ids of this client's queued waiters
 }
 
-// New returns a client over masters, one per independent Redis master,
-// each the caller's client adapted to the driver seam (for go-redis:
-// goredis.Masters(c1, c2, c3), package quorumlock.dev/driver/goredis). One
-// master is the single-instance mode, with the same API. Each master must
-// be one failure domain: invalid options, no masters, a nil master, a
-// client that moves keys between servers (a *redis.Ring) or the same
-// master twice (the same client, or two of one host:port) give
-// [ErrInvalidArgument]. New does no I/O, except that
-// [WithRestartGuard] or [WithClockMonitor] starts its watcher, which samples the masters at once
-// in the background; [Client.Close] stops it.
-//
-// Goroutines a Client runs: the watcher's one, plus a sample per master at
-// most; from the first Lock that waits, two per master that can subscribe;
-// one per renewing Lock ([Lock.Renew]). Close ends all but the renewers.
+// New returns a client over masters, one per independent Redis master adapted to
+// the driver seam (go-redis: goredis.Masters(c1, c2, c3)); one master is the
+// single-instance mode. Bad options, no masters, a nil or repeated master, or one
+// that moves keys between servers (a *redis.Ring) are [ErrInvalidArgument]. New
+// does no I/O but start the watcher, which samples at once (see [Client]).
 func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {
@@ -179,15 +173,11 @@ func (c *Client) Masters() int { return len(c.masters) }
 // Quorum is the number of masters that make a majority: Masters()/2 + 1.
 func (c *Client) Quorum() int { return c.quorum }
 
-// TryLock makes exactly one attempt to lock resource for ttl. It returns as
-// soon as a majority of masters agreed, or as soon as a majority became
-// impossible; every call to a master is bounded by the node timeout (see
-// [WithNodeTimeout]). On failure the
-// key is released on every master, including those that did not answer in
-// time (after their call returns), even when ctx has ended. The error is
-// [ErrNotAcquired] when others hold the lock, [ErrQuorumUnavailable] when too
-// many masters failed, [ErrFenceUnavailable] when a fence was asked for and
-// could not be minted, each joined with the per-master errors.
+// TryLock makes one attempt to lock resource for ttl and returns once a
+// majority of masters agreed or became impossible, each call bounded by the
+// node timeout. A lost attempt is released on every master, even after ctx
+// ended. Errors: [ErrNotAcquired] (others hold it), [ErrQuorumUnavailable] (too
+// many masters failed), [ErrFenceUnavailable], joined with per-master errors.
 func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
@@ -199,15 +189,11 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	return l, err
 }
 
-// Lock is [Client.TryLock] that waits: after an attempt lost to another
-// holder it sleeps until the holder's release is published or its keys
-// expire on a majority, then tries again; after other failures it waits the
-// retry delay. It returns when it wins, when the attempts of [WithRetry]
-// are spent (by default there is no cap: bound the wait with ctx), or when
-// ctx ends, with the last attempt's error joined with ctx.Err() (an attempt
-// that ctx cut short before its masters answered gives way to the one
-// before it, when there was one). A fence
-// counter that went backwards ([fence.ErrCounterRegressed]) ends it at once.
+// Lock is [Client.TryLock] that waits: for the holder's release or expiry
+// after a loss, the retry delay after other failures (docs/design.md, "Waiting
+// for a held lock"). It returns when it wins, when [WithRetry]'s attempts are
+// spent (no cap by default), or when ctx ends, with the last attempt's error
+// joined with ctx.Err(); [fence.ErrCounterRegressed] ends it at once.
 func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err

@@ -9,9 +9,8 @@
 // majority, Masters()/2+1, took it. The lock is then held until
 // start + ttl − (factor·ttl + constant), measured on the local monotonic
 // clock from before the first SET was sent; [Lock.Until] says when that is.
-// The drift term (default 1% of the TTL plus 2 ms) allows for the masters'
-// clocks running at a different rate from ours. A lost attempt is released
-// on every master.
+// The drift term ([WithDrift]) allows for the masters' clocks running at a
+// different rate from ours. A lost attempt is released on every master.
 //
 // # Waiting
 //

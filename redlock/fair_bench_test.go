@@ -29,7 +29,7 @@ func BenchmarkContended(b *testing.B) {
 		name := "masters=5/c=8/" + v.name
 		var opts []Option
 		if v.fair {
-			opts = append(opts, WithFairness(DefaultFairEntryTTL))
+			opts = append(opts, WithFairness(defaultFairEntryTTL))
 		}
 		b.Run(name, func(b *testing.B) {
 			masters := benchMasters(b, servers, 5)

@@ -95,8 +95,8 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	for _, res := range []string{resourceName(t), "{" + resourceName(t) + "}:x"} {
 		t.Run(res, func(t *testing.T) {
-			holderC := fairClient(t, masters, DefaultFairEntryTTL)
-			waiterC := fairClient(t, masters, DefaultFairEntryTTL)
+			holderC := fairClient(t, masters, defaultFairEntryTTL)
+			waiterC := fairClient(t, masters, defaultFairEntryTTL)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 
@@ -127,7 +127,7 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 					}
 				}
 				return true
-			}, DefaultFairEntryTTL/2, time.Millisecond, "the queue or a reservation outlived its waiters")
+			}, defaultFairEntryTTL/2, time.Millisecond, "the queue or a reservation outlived its waiters")
 		})
 	}
 }
@@ -215,8 +215,8 @@ func TestFairMutualExclusion(t *testing.T) {
 	// Node timeouts with room for -race on a loaded machine: a release
 	// that misses one fails Unlock, and the test is about exclusion.
 	clients := []*Client{
-		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
-		newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
+		newTestClient(t, masters, WithFairness(defaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
+		newTestClient(t, masters, WithFairness(defaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
 		newTestClient(t, masters, WithNodeTimeout(250*time.Millisecond)),
 	}
 	for _, c := range clients {
@@ -267,7 +267,7 @@ func (e *exclusive) hold() {
 func TestFairTryLock(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
-	c := fairClient(t, masters, DefaultFairEntryTTL)
+	c := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	q, e, _ := queueKeys("lock:" + res)

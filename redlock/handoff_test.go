@@ -21,7 +21,7 @@ import (
 func TestFairDirectHandoff(t *testing.T) {
 	masters, admin := waitMasters(t, 5)
 	res := resourceName(t)
-	c := fairClient(t, masters, DefaultFairEntryTTL)
+	c := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -36,7 +36,7 @@ func TestFairDirectHandoff(t *testing.T) {
 	queuedOn(t, admin, res, 0)
 	assert.Greater(t, time.Until(w.l.Until()), 50*time.Second, "the handed lease is not counted from the handoff")
 	require.NoError(t, w.l.Unlock(ctx))
-	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
+	nothingLeft(t, admin, res, defaultFairEntryTTL/2)
 }
 
 // TestFairHandoffKeepsOrderAcrossClients: a waiter of another client that
@@ -45,8 +45,8 @@ func TestFairDirectHandoff(t *testing.T) {
 func TestFairHandoffKeepsOrderAcrossClients(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
-	mine := fairClient(t, masters, DefaultFairEntryTTL)
-	other := fairClient(t, masters, DefaultFairEntryTTL)
+	mine := fairClient(t, masters, defaultFairEntryTTL)
+	other := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -78,7 +78,7 @@ func TestFairHandoffKeepsOrderAcrossClients(t *testing.T) {
 func TestFairHandoffUnderLoad(t *testing.T) {
 	masters, admin := waitMasters(t, 5)
 	res := resourceName(t)
-	c := fairClient(t, masters, DefaultFairEntryTTL)
+	c := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const workers, perWorker = 6, 15
@@ -119,7 +119,7 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	t.Logf("%d sections, %d handed over in a round, %d passed on, %d gave up", sections.Load(), c.handed.Load(), c.passed.Load(), gaveUp.Load())
 	// Entries of waiters that gave up while a call was in flight expire
 	// with the entry TTL; nothing lives longer.
-	nothingLeft(t, admin, res, 2*DefaultFairEntryTTL)
+	nothingLeft(t, admin, res, 2*defaultFairEntryTTL)
 }
 
 // TestFairPassOn: when only waiters of the releasing client are queued
@@ -131,7 +131,7 @@ func TestFairPassOn(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
 	minter := &countingMinter{}
-	c := newTestClient(t, masters, WithFairness(DefaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond), WithFence(minter))
+	c := newTestClient(t, masters, WithFairness(defaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond), WithFence(minter))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -160,7 +160,7 @@ func TestFairPassOn(t *testing.T) {
 	assert.Equal(t, []string{w.l.stale[0]}, w.l.stale)
 	require.NoError(t, w.l.Extend(ctx, time.Minute), "the new holder cannot extend")
 	require.NoError(t, w.l.Unlock(ctx))
-	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
+	nothingLeft(t, admin, res, defaultFairEntryTTL/2)
 }
 
 // TestFairPassKeepsOrderAcrossClients: a lock passed on in-process within
@@ -171,8 +171,8 @@ func TestFairPassOn(t *testing.T) {
 func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
-	mine := fairClient(t, masters, DefaultFairEntryTTL)
-	other := fairClient(t, masters, DefaultFairEntryTTL)
+	mine := fairClient(t, masters, defaultFairEntryTTL)
+	other := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -366,7 +366,7 @@ func TestFairPassCoversBatch(t *testing.T) {
 	assert.Equal(t, uint64(n), c.passed.Load())
 	assert.Zero(t, c.handed.Load())
 	assert.Equal(t, int64(1), calls.n.Load()-before, "fair_lock.lua rounds while the lock went down the line")
-	nothingLeft(t, admin, res, DefaultFairEntryTTL/2)
+	nothingLeft(t, admin, res, defaultFairEntryTTL/2)
 }
 
 // sleepsOn reports whether a waiter of c on resource sleeps on token.
@@ -404,7 +404,7 @@ func sleepsOn(c *Client, resource, token string) bool {
 func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 	masters, admin := waitMasters(t, 3)
 	res := resourceName(t)
-	c := fairClient(t, masters, DefaultFairEntryTTL)
+	c := fairClient(t, masters, defaultFairEntryTTL)
 	plain := newTestClient(t, masters, WithNodeTimeout(250*time.Millisecond))
 	t.Cleanup(func() { _ = plain.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -437,7 +437,7 @@ func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 func TestFairClientsTakeTurns(t *testing.T) {
 	masters, _ := waitMasters(t, 3)
 	res := resourceName(t)
-	clients := []*Client{fairClient(t, masters, DefaultFairEntryTTL), fairClient(t, masters, DefaultFairEntryTTL)}
+	clients := []*Client{fairClient(t, masters, defaultFairEntryTTL), fairClient(t, masters, defaultFairEntryTTL)}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const perClient, sections = 3, 15

@@ -145,7 +145,7 @@ func TestHungMastersBounded(t *testing.T) {
 	// has not taken it out: proportional to the attempt rate, not to the
 	// attempts. The rate is not even over the run (attempts are slower while
 	// the hung masters are still called), hence twice the average here.
-	perTimeout := int(r.attempts * int64(DefaultNodeTimeout) / int64(r.duration))
+	perTimeout := int(r.attempts * int64(defaultNodeTimeout) / int64(r.duration))
 	assert.LessOrEqual(t, r.peak-r.baseline, 2*r.poolSize+2*2*2*perTimeout+16, "goroutines at the peak")
 }
 

@@ -13,18 +13,11 @@ import (
 	"quorumlock.dev/internal/quorum"
 )
 
-// Lock is a held lock: a lease on a majority of masters until [Lock.Until],
-// with a fencing token when the client was built [WithFence]. It is safe for
-// concurrent use; Unlock and Extend are serialised.
-//
-// The lease is an efficiency lock: it can be lost before Until when the
-// process pauses, a master's clock jumps or a master restarts empty (see
-// the package documentation). Storage that must not take a stale write
-// checks the fence, not the lease.
-//
-// A nil *Lock (what a failed call returns) holds nothing: Unlock, Extend
-// and Renew return [ErrLockNotHeld], Done is closed, and the other methods
-// return zero values.
+// Lock is a held lock, safe for concurrent use (Unlock and Extend serialised):
+// a lease on a majority of masters until [Lock.Until], with a fence under
+// [WithFence]. The lease can be lost before Until (see the package doc), so
+// storage that must refuse stale writes checks the fence. A nil *Lock holds
+// nothing: Unlock, Extend and Renew return [ErrLockNotHeld], Done is closed.
 type Lock struct {
 	c        *Client
 	resource string
@@ -125,11 +118,9 @@ func (l *Lock) Fence() (uint64, bool) {
 
 // Until is the end of the lease: the start of the acquiring (or last
 // extending) attempt plus the TTL, less the drift allowance, on the local
-// monotonic clock, or earlier when the machine was suspended meanwhile (the
-// masters' keys expired during the suspend). A lock passed on in-process
-// (see [WithFairness]) keeps its predecessor's Until, at least three
-// quarters of its own lease away when it is passed. Work that must finish
-// under the lock must finish before Until.
+// monotonic clock, or earlier after a suspend of the machine. A lock passed on
+// in-process ([WithFairness]) keeps its predecessor's Until, at least three
+// quarters of its own lease away. Work under the lock must end before Until.
 func (l *Lock) Until() time.Time {
 	if l == nil {
 		return time.Time{}
@@ -208,23 +199,11 @@ func (l *Lock) endLocked(cause error) {
 	}
 }
 
-// Unlock releases the lock with a compare-and-delete on every master at
-// once, each bounded by the node timeout; it is sent even when ctx has
-// already ended, so a deferred Unlock still frees the masters. A master whose
-// acquiring SET is still in flight is released after that SET returns.
-// Unlock returns as soon as a majority confirmed the release; the remaining
-// masters are released in the background, so a slow master does not hold up
-// the caller.
-//
-// It returns nil when a majority of masters still held our token: the lease
-// was intact to the end. It returns [ErrLockNotHeld] when fewer did (the
-// lease had lapsed, and another holder may have had the lock meanwhile),
-// when the lock had ended before (Done closed: its lease ran out, an Extend
-// or the renewer failed) or was already released, and
-// [ErrQuorumUnavailable] when too many masters failed to tell; either joined
-// with the per-master errors. A lock that had ended is never passed on.
-//
-// A renewer started by [Lock.Renew] has stopped when Unlock returns.
+// Unlock releases the lock on every master, each call bounded by the node
+// timeout and sent even after ctx ended; it returns once a majority confirmed
+// (docs/design.md, "Release and extend"). Errors: [ErrLockNotHeld] (too few held
+// our token, or the lock had ended or was released) or [ErrQuorumUnavailable],
+// joined with per-master errors. A renewer of [Lock.Renew] has stopped by then.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
@@ -416,16 +395,11 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 	}
 }
 
-// Extend gives the lock a new lease of ttl, counted from the start of this
-// call, with a compare-and-pexpire on every master. It succeeds only when a
-// majority still held our token, the current lease had not run out when
-// the majority answered, and validity is left of the new lease. A lapsed
-// lock is not brought back. A failed Extend ends the lock: Done is closed,
-// the keys it extended are released, the context's cause wraps
-// [ErrLockLost] and the error, and the caller should stop its work; so
-// does an Extend whose context had already ended, which sends nothing and
-// returns ctx.Err() wrapped. Start it at least a node timeout before
-// [Lock.Until].
+// Extend gives the lock a new lease of ttl from the start of the call if a
+// majority still held our token before the lease ran out and validity is left
+// (start it at least a node timeout before [Lock.Until]). A failure, or an ended
+// ctx (nothing sent, ctx.Err() wrapped returned), ends the lock: Done closes, the
+// cause wraps [ErrLockLost], the keys it extended are released.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock

@@ -49,7 +49,7 @@ func TestHandoffUncountedKeysReleased(t *testing.T) {
 	masters, admin := waitMasters(t, 1)
 	lossy := &lostHandoffReply{full: masters[0].(full)}
 	res := resourceName(t)
-	c := fairClient(t, conns(lossy), DefaultFairEntryTTL)
+	c := fairClient(t, conns(lossy), defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

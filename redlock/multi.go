@@ -18,12 +18,11 @@ var (
 	acquireAllScript = driver.NewScript(acquireAllLua)
 )
 
-// TryLockAll makes one attempt to lock every one of resources for ttl, all
-// or nothing: on each master one script sets every key or none, and the lock
-// is won where a majority set them all. With [WithFence] each resource gets
-// its own fence ([Lock.Fences]). The Lock releases and extends them together.
-// An empty set, a duplicate or a bad resource is [ErrInvalidArgument]; so are
-// resources that a Redis Cluster master would hash to different slots.
+// TryLockAll makes one attempt to lock all of resources for ttl, all or
+// nothing: won where a majority of masters set every key. With [WithFence] each
+// resource gets its own fence ([Lock.Fences]); the Lock releases and extends
+// them together. An empty set, a duplicate, a bad resource, or resources a
+// Redis Cluster master would hash to different slots are [ErrInvalidArgument].
 func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Duration) (*Lock, error) {
 	l, err := c.newMulti(resources, ttl)
 	if err != nil {

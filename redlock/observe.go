@@ -9,11 +9,10 @@ import (
 	"quorumlock.dev/internal/quorum"
 )
 
-// Hooks are told of events an application may count, such as metrics
-// (redlockprom builds them). Each is optional: nil is off, and a client does
-// no work for a hook that is nil. They are called from the client's
-// goroutines: they must be safe for concurrent use and return quickly. No
-// hook is given a resource name but RenewalFailed, so that what a metrics
+// Hooks are told of events an application may count, for metrics (redlockprom
+// builds them). Each is optional: nil is off and costs nothing. They are called
+// from the client's goroutines: they must be safe for concurrent use and return
+// quickly. Only RenewalFailed is given a resource name, so that what a metrics
 // adapter keeps per label does not grow with resources.
 type Hooks struct {
 	// Attempted: one acquisition attempt (a TryLock, one of a Lock's, a

@@ -11,14 +11,15 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 )
 
-// Defaults of the options.
+// Defaults of the options, stated in each option's doc.
 const (
-	DefaultNodeTimeout   = 50 * time.Millisecond
-	DefaultDriftFactor   = 0.01
-	DefaultDriftConstant = 2 * time.Millisecond
-	DefaultRetryAttempts = 0 // no cap: Lock waits until it wins or its context ends
-	DefaultRetryDelay    = 50 * time.Millisecond
-	DefaultRetryJitter   = 50 * time.Millisecond
+	defaultNodeTimeout   = 50 * time.Millisecond
+	defaultDriftFactor   = 0.01
+	defaultDriftConstant = 2 * time.Millisecond
+	defaultRetryAttempts = 0 // no cap: Lock waits until it wins or its context ends
+	defaultRetryDelay    = 50 * time.Millisecond
+	defaultRetryJitter   = 50 * time.Millisecond
+	defaultFairEntryTTL  = time.Second // the entry TTL WithFairness's doc suggests
 )
 
 // Option configures a Client; see [New].
@@ -46,12 +47,12 @@ type config struct {
 
 func defaults() config {
 	return config{
-		nodeTimeout:   DefaultNodeTimeout,
-		driftFactor:   DefaultDriftFactor,
-		driftConstant: DefaultDriftConstant,
-		attempts:      DefaultRetryAttempts,
-		delay:         DefaultRetryDelay,
-		jitter:        DefaultRetryJitter,
+		nodeTimeout:   defaultNodeTimeout,
+		driftFactor:   defaultDriftFactor,
+		driftConstant: defaultDriftConstant,
+		attempts:      defaultRetryAttempts,
+		delay:         defaultRetryDelay,
+		jitter:        defaultRetryJitter,
 		logger:        slog.New(slog.DiscardHandler),
 		gate:          new(strictGate),
 	}
@@ -72,12 +73,11 @@ func WithDrift(factor float64, constant time.Duration) Option {
 	return func(c *config) { c.driftFactor, c.driftConstant = factor, constant }
 }
 
-// WithRetry sets how [Client.Lock] retries: at most attempts attempts in
-// all (0, the default: until the context ends). After an attempt lost to a
-// holder, Lock waits for the holder's release or expiry (so n attempts may
-// take n TTLs); delay plus a uniformly random part of jitter is the wait
-// after other failures, and the polling interval when no release can reach
-// it (a master without Subscribe, a subscription down). Defaults: 50 ms, 50 ms.
+// WithRetry caps [Client.Lock] at attempts attempts in all (0, the default:
+// until the context ends). delay plus a uniformly random part of jitter
+// (defaults 50 ms and 50 ms) is its wait after a failure other than a loss to
+// a holder, and its polling interval when no release can reach it; see
+// docs/design.md, "Waiting for a held lock".
 func WithRetry(attempts int, delay, jitter time.Duration) Option {
 	return func(c *config) { c.attempts, c.delay, c.jitter = attempts, delay, jitter }
 }
@@ -106,65 +106,38 @@ func WithFence(m Minter) Option {
 	return func(c *config) { c.minter, c.fenceSet = m, true }
 }
 
-// DefaultFairEntryTTL is a sensible entry TTL for [WithFairness].
-const DefaultFairEntryTTL = time.Second
-
 // WithFairness makes waiting Lock calls take the lock in the order they
-// started waiting: a queue on each master, ordered by an arrival stamp,
-// hands a released lock to its head (see docs/design.md, "Fair handoff").
-// A waiter's entry expires entryTTL after its last attempt (it refreshes
-// it every entryTTL/3), so one that died blocks the queue at most that
-// long. When the head is a waiter of the releasing client, Unlock hands it
-// the lock in its own release round (no round of the waiter's, no
-// message), or, when the client's last queued attempt on the lock showed no
-// waiter of another client ahead of the next waiter of its own and the
-// lease has three quarters of that waiter's TTL left, passes it on
-// in-process with no round at all: same token and lease, a fence of its
-// own. One queued attempt covers every waiter of the client listed before
-// it (see docs/design.md, "Fair handoff"). 0, the default, turns it off;
-// otherwise it must be at least 4 node timeouts. Use one setting for every
-// client of a resource.
+// started waiting, a release handing it to the next waiter (docs/design.md,
+// "Fair handoff"); a waiter that died holds up the queue at most entryTTL.
+// 0, the default, turns it off; otherwise entryTTL must be at least 4 node
+// timeouts (1 s suits most). Give every client of a resource the same setting.
 func WithFairness(entryTTL time.Duration) Option {
 	return func(c *config) { c.fairTTL = entryTTL }
 }
 
-// WithStrictCheck makes the client refuse to lock while [Client.Check]
-// finds a [check.Problem] on a master or the fence counter: every acquisition
-// then fails with an error wrapping [ErrUnsafeConfig]. New does no I/O, so
-// the check runs at the first acquisition, which waits for it; its outcome
-// is kept, so a setting changed later is not seen (run Check on a schedule
-// for that). A node that did not answer is checked again, at most once a
-// second. Unknown settings (CONFIG disabled) do not refuse.
+// WithStrictCheck makes the client refuse to lock while [Client.Check] finds
+// a [check.Problem] on a master or the fence counter: acquisitions then fail
+// with an error wrapping [ErrUnsafeConfig]. The first acquisition runs the
+// check and waits for it; its outcome is kept once every node has answered,
+// and unknown settings do not refuse. See docs/operations.md, "Checking masters".
 func WithStrictCheck() Option {
 	return func(c *config) { c.strict = true }
 }
 
-// WithRestartGuard makes the client watch each master's run_id and uptime
-// (INFO server) every interval, and again when a master answers after
-// failed calls. A master that started less than the longest TTL this
-// client has issued ago does not count toward a quorum until that long has
-// passed since its start: it gets the SET and every release, but its vote
-// is not counted. This is the spec's delayed restart, enforced by the
-// client. A master whose INFO is refused is never quarantined (logged once
-// at Warn). The acquire path reads cached state only. 0, the default, turns
-// it off; otherwise interval must be at least the node timeout. See
-// docs/design.md, "Restart guard", for what it cannot see.
+// WithRestartGuard makes the client read each master's run_id and uptime
+// every interval (0, the default: off; else at least the node timeout). A
+// master that started less than the longest TTL this client issued ago does
+// not count toward a quorum until that long after its start. A master that
+// refuses INFO is never held out; see docs/design.md, "Restart guard".
 func WithRestartGuard(interval time.Duration) Option {
 	return func(c *config) { c.restartInterval = interval; c.setWatcher() }
 }
 
 // WithClockMonitor makes the client read each master's TIME every interval
-// against its own monotonic clock, estimate the master's clock rate over
-// the last 32 readings and see its clock step (a jump or a change of rate).
-// A rate beyond the drift factor of [WithDrift], or a step beyond the drift
-// constant (at least 1 ms) plus the round trips, is logged at Warn and told
-// to [Hooks].MasterDrift and MasterClockJumped. With quarantine, a master whose clock stepped
-// forward or runs fast does not count toward a quorum until the longest TTL
-// issued has passed since that ended, as [WithRestartGuard] does after a
-// restart. A step is seen at the next reading only: acquisitions before it
-// count the master. interval is 0 (off, the default) or at least the node
-// timeout; with the restart guard, one watcher serves both at the shorter
-// interval. See docs/design.md, "Clock-rate monitor".
+// (0, the default: off; else at least the node timeout), log at Warn a clock
+// that steps or strays beyond [WithDrift] and tell [Hooks]. With quarantine,
+// such a master (stepped forward, or fast) does not count toward a quorum for
+// the longest TTL issued; see docs/design.md, "Clock-rate monitor".
 func WithClockMonitor(interval time.Duration, quarantine bool) Option {
 	return func(c *config) { c.clockInterval, c.clockQuarantine = interval, quarantine; c.setWatcher() }
 }

@@ -15,11 +15,11 @@ func (l *Lock) Progress() {
 	}
 }
 
-// Renew starts a renewer in the background: whenever a third of the lease
-// is left (at least two node timeouts), it extends the lock by ttl if
-// [Lock.Progress] was called since the last extension, never past maxHold
-// from now. When it cannot, it logs at Error, tells [Hooks].RenewalFailed, ends the
-// lock (the cause of its context wraps [ErrLockLost]) and frees the masters.
+// Renew starts a renewer that extends the lock by ttl before its lease runs
+// out, only if [Lock.Progress] was called since the last extension and never
+// past maxHold from now (docs/design.md, "Holding a lock through long work").
+// When it cannot, it logs at Error, tells [Hooks].RenewalFailed, ends the lock
+// (the cause of its context wraps [ErrLockLost]) and frees the masters.
 func (l *Lock) Renew(ttl, maxHold time.Duration) error {
 	if l == nil {
 		return errNilLock

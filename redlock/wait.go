@@ -133,14 +133,11 @@ func (c *Client) startSubscribers() {
 	}
 }
 
-// Close stops the client's subscriptions and the watcher of
-// [WithRestartGuard] and [WithClockMonitor], and wakes every Lock of the
-// client that waits: from then on such a Lock polls at the retry delay
-// ([WithRetry]). The client still locks; every master's vote counts. Close
-// returns once the goroutines it stops have returned, or after one node
-// timeout: a call to a master that hangs ends only when the go-redis client
-// gives it up (its ReadTimeout), and its goroutine then ends in the
-// background. Close is idempotent and does not release locks. It returns nil.
+// Close stops the client's subscriptions and watcher and wakes its waiting Lock
+// calls, which poll at the retry delay from then on; the client still locks,
+// counting every master's vote. It returns nil once those goroutines ended, or
+// after one node timeout (a call stuck on a hung master ends in the background;
+// docs/design.md, "Waiting for a held lock"). Idempotent; it releases no lock.
 func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
 	c.stopGuard(by)

@@ -212,8 +212,9 @@ func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, er
 	}
 	opts := []redlock.Option{redlock.WithNodeTimeout(s.cfg.NodeTimeout)}
 	if fair {
-		// The option wants an entry to outlive 4 node timeouts.
-		opts = append(opts, redlock.WithFairness(max(redlock.DefaultFairEntryTTL, 4*s.cfg.NodeTimeout)))
+		// 1 s, the entry TTL WithFairness suggests, unless the option's minimum
+		// of 4 node timeouts is longer.
+		opts = append(opts, redlock.WithFairness(max(time.Second, 4*s.cfg.NodeTimeout)))
 	}
 	if s.cfg.Fence {
 		counter, err := fence.NewRedisCounter(goredis.Conn(s.redisClient(s.env.Fence)))
