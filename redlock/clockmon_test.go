@@ -318,7 +318,7 @@ func TestClockMonitorWithoutTime(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newClockLog()
 	var logs syncBuffer
-	c := newTestClient(t, conns(m), WithClockMonitor(50*time.Millisecond, true), WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
+	c := newTestClient(t, conns(m), WithNodeTimeout(defaultNodeTimeout), WithClockMonitor(50*time.Millisecond, true), WithHooks(hooksOf(obs)), WithLogger(logger(&logs)))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read TIME") }, 10*time.Second, 10*time.Millisecond)
 	for range 5 {
@@ -337,7 +337,7 @@ func TestClockMonitorWithoutTime(t *testing.T) {
 // stops; then every master counts.
 func TestClockMonitorWithRestartGuard(t *testing.T) {
 	_, masters := agedServers(t, 3, 0, redisserver.Options{})
-	c := newTestClient(t, masters, WithRestartGuard(time.Second), WithClockMonitor(50*time.Millisecond, true))
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(time.Second), WithClockMonitor(50*time.Millisecond, true))
 	assert.Equal(t, 50*time.Millisecond, c.guard.interval, "the shorter interval")
 	sampled(t, c)
 	clockSampled(t, c, 2)

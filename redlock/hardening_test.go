@@ -120,14 +120,14 @@ func TestTTLWithoutValidity(t *testing.T) {
 		{"drift allowance eats the margin", nil, 52 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newTestClient(t, masters, tt.opts...)
+			c := newTestClient(t, masters, append([]Option{WithNodeTimeout(defaultNodeTimeout)}, tt.opts...)...)
 			_, err := c.TryLock(ctx, resourceName(t), tt.ttl)
 			assert.ErrorIs(t, err, ErrInvalidArgument)
 			_, err = c.Lock(ctx, resourceName(t), tt.ttl)
 			assert.ErrorIs(t, err, ErrInvalidArgument)
 		})
 	}
-	c := newTestClient(t, masters)
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout))
 	l, err := c.TryLock(ctx, resourceName(t), 60*time.Millisecond)
 	require.NoError(t, err, "60 ms leaves 57.4 ms after the allowance, above the 50 ms node timeout")
 	assert.ErrorIs(t, l.Extend(ctx, 52*time.Millisecond), ErrInvalidArgument)

@@ -66,7 +66,7 @@ func TestRenewAfterSuspend(t *testing.T) {
 func TestRenewArguments(t *testing.T) {
 	ctx := context.Background()
 	_, masters := miniMasters(t, 3)
-	c := newTestClient(t, masters) // node timeout 50 ms
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout)) // node timeout 50 ms
 	l, err := c.TryLock(ctx, resourceName(t), time.Minute)
 	require.NoError(t, err)
 	assert.ErrorIs(t, l.Renew(150*time.Millisecond, time.Minute), ErrInvalidArgument, "no room to renew in")

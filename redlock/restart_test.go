@@ -99,7 +99,7 @@ func TestRestartGuardQuarantinesRestartedMasters(t *testing.T) {
 	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
 	var logs syncBuffer
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)),
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(interval), WithHooks(hooksOf(obs)),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	t.Cleanup(func() { _ = c.Close() })
 	sampled(t, c)
@@ -157,7 +157,7 @@ func TestRestartGuardLongUptimeNeverQuarantined(t *testing.T) {
 	const interval = 50 * time.Millisecond
 	_, masters := agedServers(t, 3, 2*time.Second, redisserver.Options{})
 	obs := newQuarantineLog()
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)))
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(interval), WithHooks(hooksOf(obs)))
 	t.Cleanup(func() { _ = c.Close() })
 	sampled(t, c)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -182,7 +182,7 @@ func TestRestartGuardMasterDownAtFirstSample(t *testing.T) {
 	servers, masters := agedServers(t, 3, 3*time.Second, redisserver.Options{})
 	require.NoError(t, servers[2].Kill())
 	obs := newQuarantineLog()
-	c := newTestClient(t, masters, WithRestartGuard(interval), WithHooks(hooksOf(obs)))
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(interval), WithHooks(hooksOf(obs)))
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -211,7 +211,7 @@ func TestRestartGuardWithoutInfo(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	obs := newQuarantineLog()
 	var logs syncBuffer
-	c := newTestClient(t, conns(m), WithRestartGuard(50*time.Millisecond), WithHooks(hooksOf(obs)),
+	c := newTestClient(t, conns(m), WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(50*time.Millisecond), WithHooks(hooksOf(obs)),
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	t.Cleanup(func() { _ = c.Close() })
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cannot read INFO") }, 10*time.Second, 10*time.Millisecond)
@@ -228,7 +228,7 @@ func TestRestartGuardWithoutInfo(t *testing.T) {
 
 func TestRestartGuardCloseStopsWatcher(t *testing.T) {
 	_, masters := agedServers(t, 3, 0, redisserver.Options{})
-	c := newTestClient(t, masters, WithRestartGuard(50*time.Millisecond))
+	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(50*time.Millisecond))
 	sampled(t, c)
 	require.Positive(t, guardGoroutines(c), "the watcher is not running")
 	require.NoError(t, c.Close())
