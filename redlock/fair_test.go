@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -207,46 +208,43 @@ func TestFairDeadWaiter(t *testing.T) {
 }
 
 // TestFairMutualExclusion: goroutines of two fair clients and one unfair
-// one take turns on one resource; a holder count never goes above 1 and
+// one take turns on one resource, in virtual time over in-memory masters
+// that run the shipped scripts; a holder count never goes above 1 and
 // every section completes.
 func TestFairMutualExclusion(t *testing.T) {
-	masters, _ := waitMasters(t, 5)
-	res := resourceName(t)
-	// Node timeouts with room for -race on a loaded machine: a release
-	// that misses one fails Unlock, and the test is about exclusion.
-	clients := []*Client{
-		newTestClient(t, masters, WithFairness(defaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
-		newTestClient(t, masters, WithFairness(defaultFairEntryTTL), WithNodeTimeout(250*time.Millisecond)),
-		newTestClient(t, masters, WithNodeTimeout(250*time.Millisecond)),
-	}
-	for _, c := range clients {
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const perWorker = 10
-	var (
-		inside exclusive
-		done   atomic.Int32
-		wg     sync.WaitGroup
-	)
-	for k := range 6 {
-		c := clients[k%len(clients)]
-		wg.Go(func() {
-			for range perWorker {
-				l, err := c.Lock(ctx, res, 10*time.Second)
-				if !assert.NoError(t, err) {
-					return
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(5)
+		const res = "job"
+		clients := []*Client{
+			virtualClient(t, masters, WithFairness(defaultFairEntryTTL)),
+			virtualClient(t, masters, WithFairness(defaultFairEntryTTL)),
+			virtualClient(t, masters),
+		}
+		ctx := context.Background()
+		const perWorker = 10
+		var (
+			inside exclusive
+			done   atomic.Int32
+			wg     sync.WaitGroup
+		)
+		for k := range 6 {
+			c := clients[k%len(clients)]
+			wg.Go(func() {
+				for range perWorker {
+					l, err := c.Lock(ctx, res, 10*time.Second)
+					if !assert.NoError(t, err) {
+						return
+					}
+					inside.hold()
+					assert.NoError(t, l.Unlock(ctx))
+					done.Add(1)
 				}
-				inside.hold()
-				assert.NoError(t, l.Unlock(ctx))
-				done.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
-	assert.Equal(t, int32(6*perWorker), done.Load())
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
+		assert.Equal(t, int32(6*perWorker), done.Load())
+	})
 }
 
 // exclusive counts the goroutines inside a lock's critical sections.

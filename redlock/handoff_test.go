@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -431,15 +432,18 @@ func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 }
 
 // TestFairClientsTakeTurns: two fair clients, each with goroutines taking
-// turns on one lock. Passing the lock on in-process within a client must
+// turns on one lock, in virtual time. Passing the lock on in-process within a client must
 // not keep it there while the other client's waiters are queued: the
 // sections of one client come in short runs, never one long run.
 func TestFairClientsTakeTurns(t *testing.T) {
-	masters, _ := waitMasters(t, 3)
-	res := resourceName(t)
-	clients := []*Client{fairClient(t, masters, defaultFairEntryTTL), fairClient(t, masters, defaultFairEntryTTL)}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	synctest.Test(t, func(t *testing.T) { fairClientsTakeTurns(t) })
+}
+
+func fairClientsTakeTurns(t *testing.T) {
+	_, masters := memMasters(3)
+	const res = "job"
+	clients := []*Client{virtualClient(t, masters, WithFairness(defaultFairEntryTTL)), virtualClient(t, masters, WithFairness(defaultFairEntryTTL))}
+	ctx := context.Background()
 	const perClient, sections = 3, 15
 	var (
 		mu     sync.Mutex

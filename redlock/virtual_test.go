@@ -73,7 +73,8 @@ func TestVirtualLockUnlock(t *testing.T) {
 	})
 }
 
-// A Lock that waits on a holder that never releases wins exactly when the
+// TestVirtualWaitDeadHolder: a Lock that waits on a holder that never
+// releases (a key set by hand) wins exactly when the
 // holder's keys expire, woken by its expiry timer, not a poll.
 func TestVirtualWaitDeadHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

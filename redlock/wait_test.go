@@ -116,30 +116,6 @@ func lockAsync(ctx context.Context, c *Client, resource string, ttl time.Duratio
 	return out
 }
 
-// TestWaitDeadHolder: a holder that never releases (a key set by hand) is
-// waited out. With the defaults Lock waits past the ~2.4 s after which 32
-// fixed retries gave up, wins right after the keys expire, and spends a
-// handful of attempts, not a poll loop.
-func TestWaitDeadHolder(t *testing.T) {
-	masters, admin := waitMasters(t, 3)
-	res := resourceName(t)
-	const dead = 3 * time.Second
-	before := time.Now()
-	for _, a := range admin {
-		require.NoError(t, a.Set(context.Background(), "lock:"+res, "dead-holder", dead).Err())
-	}
-	var sets atomic.Int64
-	c := newTestClient(t, counting(masters, &sets))
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), dead+10*time.Second)
-	defer cancel()
-	l, err := c.Lock(ctx, res, time.Minute)
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, time.Since(before), dead-10*time.Millisecond, "won while the dead holder's keys lived")
-	assert.LessOrEqual(t, sets.Load(), int64(4*3), "more than 4 attempts: Lock polled")
-	require.NoError(t, l.Unlock(ctx))
-}
-
 // TestWaitWokenByRelease: the holder's Unlock wakes a waiter of another
 // client at once. The holder's TTL and the retry delay are long, so only
 // the published release can wake the waiter in time; after it won, its
