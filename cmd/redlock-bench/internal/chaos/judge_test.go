@@ -80,3 +80,23 @@ func TestConfigRefused(t *testing.T) {
 		assert.ErrorIs(t, err, ErrConfig, "%+v", cfg)
 	}
 }
+
+// TestNoErrorsSpare: with one master faulty, a loaded machine may cost a few
+// attempts their quorum, one per 25 locks won; one more fails the row.
+func TestNoErrorsSpare(t *testing.T) {
+	cfg := Config{Quick: true}
+	require.NoError(t, cfg.defaults())
+	row := func(unavailable int) Row {
+		r := clean()
+		r.Counts.Acquisitions = 100
+		for range unavailable {
+			r.Attempts = append(r.Attempts, chaosworker.Attempt{Result: "unavailable", Latency: 50 * time.Millisecond})
+		}
+		return slowMaster.row(cfg, []chaosreport.Run{r})
+	}
+	ok := row(4)
+	assert.True(t, ok.Held, ok.Problems)
+	bad := row(5)
+	assert.False(t, bad.Held)
+	assert.Contains(t, bad.Problems, "5 attempts found no quorum")
+}

@@ -108,9 +108,11 @@ func find(name string) *scenario {
 }
 
 // spare is how many attempts may miss a quorum where the fault alone cannot
-// cause it: a loaded machine under -race makes a healthy master miss the
-// node timeout now and then (one in 107 attempts once, healthy p50 5 ms).
-func spare(r *Row) int { return max(1, r.Acquisitions/50) }
+// cause it: a loaded machine under -race makes healthy masters miss the
+// node timeout now and then (3 in 131 once with one core kept busy beside
+// the suite, healthy p50 22 ms). A fault that did cost the quorum costs
+// dozens in the 2 s it lasts.
+func spare(r *Row) int { return max(2, r.Acquisitions/25) }
 
 // judgeRecovery: the first lock after the heal within a second (the breaker's probe, one
 // retry), plus room for the machine.
