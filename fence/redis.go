@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bounded"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -115,7 +116,7 @@ func (c *RedisCounter) Mint(ctx context.Context, resource string) (uint64, error
 	if m.regressed.Load() {
 		return 0, c.refused(key, floor)
 	}
-	r, err := bounded(ctx, c.timeout, mint, mintCall{c.node, key})
+	r, err := bounded.Call(ctx, c.timeout, mint, mintCall{c.node, key})
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("fence: mint %s: %w", key, err)
@@ -214,7 +215,7 @@ var durable = [...]struct{ name, want string }{
 // [ErrNotDurable] that names on one line each wrong setting. Run it at
 // startup. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) CheckDurability(ctx context.Context) error {
-	got, err := bounded(ctx, c.timeout, readConfig, c.node)
+	got, err := bounded.Call(ctx, c.timeout, readConfig, c.node)
 	if err != nil {
 		return fmt.Errorf("%w: its settings could not be read: %w", ErrNotDurable, err)
 	}
@@ -279,7 +280,7 @@ func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64
 	key := Key(resource)
 	m := c.mark(resource)
 	floor := max(atLeast, m.minted.Load())
-	if _, err := bounded(ctx, c.timeout, seed, seedCall{c.node, key, floor}); err != nil {
+	if _, err := bounded.Call(ctx, c.timeout, seed, seedCall{c.node, key, floor}); err != nil {
 		return fmt.Errorf("fence: seed %s to %d: %w", key, floor, err)
 	}
 	m.regressed.Store(false)
@@ -294,55 +295,4 @@ type seedCall struct {
 
 func seed(ctx context.Context, a seedCall) (any, error) {
 	return a.node.Eval(ctx, seedScript, []string{a.key}, a.floor)
-}
-
-type answer[T any] struct {
-	v   T
-	err error
-}
-
-// bounded returns call(ctx, arg), or gives up after limit (no limit when 0)
-// or when ctx ends. go-redis ignores context deadlines unless the client was
-// built with ContextTimeoutEnabled, so the bound is enforced here, with the
-// call on a goroutine of its own. A call given up keeps running and its answer
-// is dropped: the server may still execute the command.
-//
-// call and arg come apart, rather than as one closure, so that the
-// goroutine's closure is the only one allocated.
-func bounded[A, T any](ctx context.Context, limit time.Duration, call func(context.Context, A) (T, error), arg A) (T, error) {
-	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
-	if limit <= 0 && ctx.Done() == nil {
-		// Nothing could end the wait early.
-		return call(ctx, arg)
-	}
-	// The call's own context carries the limit too, so that go-redis's wait
-	// for a pooled connection, which honours it, ends in time: without it,
-	// calls to a hung node would pile up behind its pool.
-	cctx, cancel := ctx, context.CancelFunc(func() {})
-	if limit > 0 {
-		cctx, cancel = context.WithTimeout(ctx, limit)
-	}
-	ch := make(chan answer[T], 1)
-	go func() {
-		defer cancel()
-		v, err := call(cctx, arg)
-		ch <- answer[T]{v, err}
-	}()
-	select {
-	case a := <-ch:
-		return a.v, a.err
-	case <-cctx.Done():
-		select {
-		case a := <-ch: // the call returned, and its goroutine ended cctx after sending
-			return a.v, a.err
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			return zero, err
-		}
-		return zero, fmt.Errorf("no answer within %v: %w", limit, context.DeadlineExceeded)
-	}
 }

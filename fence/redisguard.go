@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bounded"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -58,7 +59,7 @@ func (g RedisGuard) Set(ctx context.Context, node driver.Conn, key, value string
 	if g.Compare == AtLeast {
 		equal = 1
 	}
-	res, err := bounded(ctx, 0, guardSet, guardSetCall{node, key, value, fence, ttl.Milliseconds(), equal})
+	res, err := bounded.Call(ctx, 0, guardSet, guardSetCall{node, key, value, fence, ttl.Milliseconds(), equal})
 	if err != nil {
 		return fmt.Errorf("fence: set %s: %w", key, err)
 	}
@@ -96,7 +97,7 @@ func (g RedisGuard) Get(ctx context.Context, node driver.Conn, key string) (valu
 	}
 	// HGETALL rather than HMGET v f: a hash with neither field must read as
 	// foreign, not as missing.
-	fields, err := bounded(ctx, 0, hashGet, hashGetCall{node, key})
+	fields, err := bounded.Call(ctx, 0, hashGet, hashGetCall{node, key})
 	if err != nil {
 		return "", 0, fmt.Errorf("fence: get %s: %w", key, err)
 	}

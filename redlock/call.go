@@ -56,7 +56,7 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 		h.abstain(probe)
 		return
 	}
-	ok := replied(err)
+	ok := driver.Replied(err)
 	now := c.nanos()
 	switch {
 	case ok:

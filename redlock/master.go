@@ -107,10 +107,6 @@ func (h *health) abstain(probe bool) {
 	}
 }
 
-// replied reports whether err (a call's outcome) came from the server: no
-// error, a nil reply or an error reply.
-func replied(err error) bool { return driver.Replied(err) }
-
 // evalInt runs script on m and reads an integer reply.
 func evalInt(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) (int64, error) {
 	v, err := m.Eval(ctx, script, keys, args...)

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/nilcheck"
 )
 
 // Client is what the adapter needs of a go-redis client: *redis.Client,
@@ -36,7 +36,7 @@ type Client interface {
 // Conn adapts c. The result has [driver.Subscriber] when c can subscribe,
 // and always [driver.Inspector] and [driver.Describer].
 func Conn(c Client) driver.Conn {
-	if isNil(c) {
+	if nilcheck.Is(c) {
 		return nil
 	}
 	a := conn{c: c}
@@ -54,15 +54,6 @@ func Masters[C Client](clients ...C) []driver.Conn {
 		conns[i] = Conn(c)
 	}
 	return conns
-}
-
-// isNil reports a nil interface or a nil pointer in one.
-func isNil(c Client) bool {
-	if c == nil {
-		return true
-	}
-	v := reflect.ValueOf(c)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Unwrap returns the go-redis client that conn adapts, or nil when conn

@@ -43,15 +43,9 @@ var protocols = []int{3, 2}
 // client is redistest.Client speaking protocol.
 func client(t *testing.T, addr string, protocol int) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{
-		Addr:         addr,
-		Protocol:     protocol,
-		MaxRetries:   -1,
-		DialTimeout:  time.Second,
-		ReadTimeout:  3 * time.Second,
-		WriteTimeout: 3 * time.Second,
-		PoolSize:     16,
-	})
+	o := redistest.Options(addr)
+	o.Protocol = protocol
+	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

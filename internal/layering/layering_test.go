@@ -20,18 +20,19 @@ const mod = "quorumlock.dev/"
 var allowed = map[string][]string{
 	// The seam and its adapters.
 	"driver":         nil,
-	"driver/goredis": {"driver"},
+	"driver/goredis": {"driver", "internal/nilcheck"},
 	// The lock's parts, which know nothing of Redis or of each other.
 	"internal/nilcheck":   nil,
 	"internal/quorum":     nil,
 	"internal/clockdrift": nil,
+	"internal/bounded":    nil,
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
-	"fence":                     {"driver", "fence/internal/rejection", "internal/nilcheck"},
+	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/nilcheck"},
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
-	"redlock/check":       {"driver"},
+	"redlock/check":       {"driver", "internal/bounded"},
 	"redlock":             {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check"},
 	"redlock/redlockprom": {"redlock", "redlock/check"},
 	// Test harnesses.
@@ -50,7 +51,7 @@ var allowed = map[string][]string{
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
-	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "fence/internal/rejection"}
+	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()

@@ -86,14 +86,19 @@ func missing(t testing.TB, err error) {
 // to fail a command within the test's time.
 func Client(t testing.TB, addr string) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{
+	c := redis.NewClient(Options(addr))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Options are the options of Client, for a test that changes one.
+func Options(addr string) *redis.Options {
+	return &redis.Options{
 		Addr:         addr,
 		MaxRetries:   -1,
 		DialTimeout:  time.Second,
 		ReadTimeout:  3 * time.Second,
 		WriteTimeout: 3 * time.Second,
 		PoolSize:     16,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bounded"
 )
 
 // Nodes reads the settings of each master and of fenceNode (the fence
@@ -63,7 +64,7 @@ func node(ctx context.Context, timeout time.Duration, name string, conn driver.C
 			Why: "its driver cannot read INFO or CONFIG: the server's settings are unknown"}}
 		return NodeReport{Node: name, Addr: addr, Findings: append(append(reach, rules(s)...), clientFindings(d)...)}
 	}
-	info, err := within(ctx, timeout, func(ctx context.Context) (string, error) { return insp.Info(ctx, "") })
+	info, err := bounded.Call(ctx, timeout, readInfo, insp)
 	if err == nil {
 		for line := range strings.Lines(info) {
 			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
@@ -80,7 +81,7 @@ func node(ctx context.Context, timeout time.Duration, name string, conn driver.C
 	down := false
 	for _, p := range []string{"maxmemory-policy", "appendonly", "appendfsync", "no-appendfsync-on-rewrite", "save"} {
 		if !down {
-			got, err := within(ctx, timeout, func(ctx context.Context) (map[string]string, error) { return insp.ConfigGet(ctx, p) })
+			got, err := bounded.Call(ctx, timeout, insp.ConfigGet, p)
 			if v, ok := got[p]; err == nil && ok {
 				s[p] = v
 				continue
@@ -109,34 +110,8 @@ func unreachable(err error) bool {
 	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
 }
 
-// within runs call bounded by timeout, on a goroutine of its own: a
-// driver may not honour a deadline (go-redis in reads only with
-// ContextTimeoutEnabled). A call given up returns later into nothing.
-func within[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
-	type answer struct {
-		v   T
-		err error
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	done := make(chan answer, 1)
-	go func() {
-		defer cancel()
-		v, err := call(ctx)
-		done <- answer{v, err}
-	}()
-	select {
-	case a := <-done:
-		return a.v, a.err
-	case <-ctx.Done():
-		select {
-		case a := <-done:
-			return a.v, a.err
-		default:
-			var zero T
-			return zero, ctx.Err()
-		}
-	}
-}
+// readInfo reads every default section of INFO.
+func readInfo(ctx context.Context, insp driver.Inspector) (string, error) { return insp.Info(ctx, "") }
 
 // settings are a node's INFO fields and CONFIG values, by name.
 type settings map[string]string
