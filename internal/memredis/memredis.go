@@ -156,6 +156,13 @@ func (s *Server) Get(key string) (v string, ok bool) {
 	return e.s, true
 }
 
+// Exists reports whether key exists, of any type.
+func (s *Server) Exists(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lookup(key) != nil
+}
+
 // TTL returns key's time to live; -1 for none, -2 for no key.
 func (s *Server) TTL(key string) time.Duration {
 	s.mu.Lock()
