@@ -135,7 +135,15 @@ func TestCallerCancelNoVote(t *testing.T) {
 			if cancelled {
 				cancel() // the stalled call is still running: the round returned at the majority
 			}
-			require.Eventually(t, func() bool { return c.health[2].inflight.Load() == 0 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool {
+				if c.health[2].inflight.Load() != 0 {
+					return false
+				}
+				// The vote is told after the call's bookkeeping ends.
+				obs.mu.Lock()
+				defer obs.mu.Unlock()
+				return cancelled || len(obs.votes[c.addrs[2]]) > 0
+			}, 5*time.Second, time.Millisecond)
 			_, votes, _ := obs.take()
 			if cancelled {
 				assert.Empty(t, votes[c.addrs[2]], "the caller's cancellation told as the master's vote")

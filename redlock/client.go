@@ -14,10 +14,11 @@ import (
 	"unicode/utf8"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/redlock/internal/fair"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // MaxResourceLen is the longest resource name accepted, in bytes.
@@ -51,13 +52,13 @@ type Client struct {
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
-	push      pusher        // subscriptions for waiters, made at the first wait
-	cluster   bool          // some master spreads keys by hash slot: LockAll needs one hash tag
-	guard     *restartGuard // nil without WithRestartGuard
-	local     locals        // fair waiters that a release may hand the lock to
-	handed    atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
-	passed    atomic.Uint64 // ... and without a round (see passOn)
-	tag       string        // 8 hex digits in the ids of this client's queued waiters
+	push      *push.Hub        // subscriptions for waiters, made at the first wait
+	cluster   bool             // some master spreads keys by hash slot: LockAll needs one hash tag
+	guard     *restartGuard    // nil without WithRestartGuard
+	line      fair.Line[*Lock] // fair waiters that a release may hand the lock to
+	handed    atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
+	passed    atomic.Uint64    // ... and without a round (see passOn)
+	tag       string           // 8 hex digits in the ids of this client's queued waiters
 }
 
 // New returns a client over masters, one per independent Redis master adapted to
@@ -92,6 +93,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		cfg:       cfg,
 		tag:       fmt.Sprintf("%08x", rand.Uint32()),
 	}
+	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
 	seen := make(map[string]int, len(masters))
 	for i, m := range masters {
 		if nilcheck.Is(m) {
@@ -167,6 +169,18 @@ func same(a, b any) (eq bool) {
 	return a == b
 }
 
+// Close stops the client's subscriptions and watcher and wakes its waiting Lock
+// calls, which poll at the retry delay from then on; the client still locks,
+// counting every master's vote. It returns nil once those goroutines ended, or
+// after one node timeout (a call stuck on a hung master ends in the background;
+// docs/design.md, "Waiting for a held lock"). Idempotent; it releases no lock.
+func (c *Client) Close() error {
+	by := time.Now().Add(c.cfg.nodeTimeout)
+	c.stopGuard(by)
+	c.push.Close(by)
+	return nil
+}
+
 // Masters is the number of masters the client locks on.
 func (c *Client) Masters() int { return len(c.masters) }
 
@@ -198,179 +212,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, c.notAttempted(err)
-	}
-	var (
-		timer   *time.Timer
-		w       *waiter // made at the first contended loss: an uncontended Lock pays nothing
-		q       *queued // fair: made at the first contended loss too
-		won     *quorum.Round
-		waiting bool // the Waiting hook was told that this call waits
-	)
-	var took *Lock // the lock this call returns
-	defer func() {
-		if waiting {
-			c.cfg.hooks.Waiting(-1)
-		}
-		if w != nil {
-			w.leave()
-		}
-		if q != nil {
-			c.unlist(ctx, q, took)
-			if took == nil || !took.passed {
-				c.dequeue(ctx, q, won) // a lock passed on carries our entry in its stale list
-			}
-		}
-	}()
-	var (
-		grant  <-chan *Lock // where a release of this client hands us the lock
-		handed *Lock        // one it handed us
-	)
-	if c.cfg.fairTTL > 0 && c.waitedOn("lock:"+resource) {
-		// Waiters of ours are queued: a plain SET NX would lose. Queue
-		// behind them, here first: our entry goes to the masters when we
-		// are next in line (a release nudges us), or at the refresh.
-		key := "lock:" + resource
-		w = c.join(key)
-		if q = c.enqueue(key, ttl, w); q != nil {
-			w.setID(q.id)
-			if c.cfg.hooks.Waiting != nil {
-				waiting = true // before it can be seen listed
-				c.cfg.hooks.Waiting(1)
-			}
-			c.list(q)
-			grant = q.grant
-			h, err := c.awaitTurn(ctx, q)
-			if err != nil {
-				return nil, err
-			}
-			handed = h
-		}
-	}
-	// last is the error of the last attempt the caller's context did not
-	// cut short: a round cut short with masters still to answer is
-	// reported only when no attempt before it ended by itself (its masters
-	// had no time to say that others hold the lock).
-	var last error
-	for n := 1; ; n++ {
-		if handed == nil && grant != nil {
-			select {
-			case handed = <-grant:
-			default:
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			if handed != nil {
-				handed.abandonHanded(ctx, nil)
-			}
-			if last == nil {
-				return nil, c.notAttempted(err)
-			}
-			return nil, errors.Join(last, err)
-		}
-		if handed != nil {
-			l, err := c.take(ctx, handed)
-			handed = nil
-			if err == nil {
-				took, won = l, l.round
-				if l.passed || c.raced(q) {
-					// Our entry is still queued (a lock passed on removes
-					// none), or may be back where the handoff removed it.
-					won = nil
-				}
-				return l, nil
-			}
-			if errors.Is(err, fence.ErrCounterRegressed) {
-				c.cfg.logger.Error("redlock: fence counter went backwards; not retrying", "resource", resource, "err", err)
-				return nil, err
-			}
-		}
-		if q != nil {
-			q.pushed = c.readyQueued(ctx, w)
-			if !c.attempting(q, true, nil) {
-				handed = <-q.grant // passed to us since the check above
-				n--                // not an attempt
-				continue
-			}
-		}
-		l, round, err := c.attempt(ctx, resource, ttl, q)
-		if !cutShort(ctx, round) || last == nil {
-			last = err
-		}
-		if q != nil {
-			c.attempting(q, false, round)
-			// Our entry is on the masters now: a release may hand us the lock.
-			c.list(q)
-			grant = q.grant
-		}
-		if err == nil {
-			took, won = l, l.round
-			return l, nil
-		}
-		if errors.Is(err, fence.ErrCounterRegressed) {
-			// Retrying would only mint more values the counter may have
-			// handed out before: an operator must look at it.
-			c.cfg.logger.Error("redlock: fence counter went backwards; not retrying", "resource", resource, "err", err)
-			return nil, err
-		}
-		if errors.Is(err, ErrWrongType) {
-			// Such a key does not go away by itself: waiting would be for ever.
-			c.cfg.logger.Error("redlock: the lock's key holds another type on a majority of masters; not retrying", "resource", resource, "err", err)
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			if last != err {
-				return nil, errors.Join(last, ctx.Err())
-			}
-			return nil, err
-		}
-		if c.cfg.attempts > 0 && n >= c.cfg.attempts {
-			return nil, err
-		}
-		if !waiting && c.cfg.hooks.Waiting != nil {
-			waiting = true
-			c.cfg.hooks.Waiting(1)
-		}
-		wait := c.cfg.delay
-		if c.cfg.jitter > 0 {
-			wait += rand.N(c.cfg.jitter)
-		}
-		var wake <-chan struct{}
-		if round != nil && errors.Is(err, ErrNotAcquired) {
-			key := "lock:" + resource
-			if w == nil {
-				w = c.join(key)
-				if c.cfg.fairTTL > 0 {
-					if q = c.enqueue(key, ttl, w); q != nil {
-						w.setID(q.id)
-						continue // the first queued attempt enqueues us
-					}
-				}
-			}
-			if q != nil {
-				wait = c.planQueued(w, round, q, wait)
-			} else {
-				wait = c.plan(ctx, w, round, key, wait)
-			}
-			wake = w.wake
-		}
-		c.cfg.logger.Debug("redlock: retrying", "resource", resource, "attempt", n, "wait", wait, "err", err)
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-timer.C:
-		case <-wake:
-		case handed = <-grant:
-			n-- // not an attempt
-		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
-		}
-	}
+	return c.wait(ctx, &lockWait{c: c, resource: resource, ttl: ttl})
 }
 
 // take makes a lock handed over by a release (see handoff.go) ours: its
@@ -457,7 +299,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 
 	var rep *fairReplies
 	if q != nil {
-		rep = &fairReplies{r: make([]holderReply, len(c.masters))}
+		rep = &fairReplies{r: make([]push.Holder, len(c.masters)), foreign: make([]int64, len(c.masters))}
 		q.last = rep
 		l.queued = true
 	}

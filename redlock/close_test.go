@@ -125,7 +125,7 @@ func TestClientGoroutines(t *testing.T) {
 	require.Eventually(t, func() bool { return running(c, "redlock.(*Client).sample") == 0 }, 5*time.Second, time.Millisecond,
 		"the first samples did not end")
 	assert.Equal(t, 1, running(c, "redlock.(*Client).watch("), "watchers")
-	assert.Zero(t, running(c, "redlock.(*subscriber)."), "subscriptions before any wait")
+	assert.Zero(t, running(c.push, "push.(*subscriber)."), "subscriptions before any wait")
 
 	res := resourceName(t)
 	holder := heldFor(ctx, t, c, admin, res)
@@ -133,13 +133,13 @@ func TestClientGoroutines(t *testing.T) {
 	assert.Equal(t, 1, running(holder, "redlock.(*Lock).renew"), "renewers")
 	waiting := lockAsync(ctx, c, res, time.Minute)
 	subscribed(t, admin, res)
-	assert.Equal(t, 2*len(masters), running(c, "redlock.(*subscriber)."), "subscription goroutines")
+	assert.Equal(t, 2*len(masters), running(c.push, "push.(*subscriber)."), "subscription goroutines")
 
 	require.NoError(t, c.Close())
 	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
 	// Close waits for them a node timeout at most; on a loaded machine one
 	// may end a moment later, on its own.
-	assert.Eventually(t, func() bool { return running(c, "redlock.(*subscriber).") == 0 }, 5*time.Second, time.Millisecond,
+	assert.Eventually(t, func() bool { return running(c.push, "push.(*subscriber).") == 0 }, 5*time.Second, time.Millisecond,
 		"subscriptions outlived Close by seconds")
 	assert.Equal(t, 1, running(holder, "redlock.(*Lock).renew"), "Close ended a renewer")
 	holder.Progress()

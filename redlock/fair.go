@@ -3,18 +3,18 @@ package redlock
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"quorumlock.dev/driver"
-
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/redlock/internal/fair"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // Fair handoff ([WithFairness]): a Lock call that lost its first attempt
@@ -25,8 +25,8 @@ import (
 // the key to the queue (scripts/release.lua) instead of deleting it, so a
 // releaser that locks again at once queues behind those already waiting.
 // The stamp only orders waiters: mutual exclusion still comes from the key
-// set on a majority. docs/design.md ("Fair handoff") says why it is built
-// this way.
+// set on a majority. The client's own waiters stand in its fair.Line;
+// docs/design.md ("Fair handoff") says why it is built this way.
 
 var (
 	//go:embed scripts/fair_lock.lua
@@ -44,38 +44,37 @@ const reserved = "q"
 
 // queued is one Lock call that waits in the masters' queues.
 type queued struct {
-	id     string   // the stamp, the client's tag and a tiebreak in fixed-width hex: sorts like (stamp, tag, tiebreak)
-	at     int64    // the arrival stamp, µs since the Unix epoch: the entry's score
-	keys   []string // lock key, queue, entry deadlines
-	ttlMS  int64    // the entry's TTL
-	pushed bool     // a release on a majority reaches us
+	*fair.Waiter[*Lock]
+	wake   chan struct{} // the push waiter's: try again at once
+	keys   []string      // lock key, queue, entry deadlines
+	ttlMS  int64         // the entry's TTL
+	pushed bool          // a release on a majority reaches us
 	last   *fairReplies
-
-	lockTTL time.Duration // the TTL of the lock it waits for, for a direct handoff
-	grantable
 }
 
 // fairReplies is what fair_lock.lua said on each master in one attempt.
 // Calls that outlive their round write after it was read: they are dropped.
 type fairReplies struct {
-	mu   sync.Mutex
-	r    []holderReply
-	over bool
+	mu      sync.Mutex
+	r       []push.Holder
+	foreign []int64 // the stamp of the first waiter of another client queued (fair.NoForeign: none)
+	over    bool
 }
 
-func (f *fairReplies) set(i int, r holderReply) {
+func (f *fairReplies) set(i int, r push.Holder, foreign int64) {
 	f.mu.Lock()
 	if !f.over {
-		f.r[i] = r
+		f.r[i], f.foreign[i] = r, foreign
 	}
 	f.mu.Unlock()
 }
 
-func (f *fairReplies) snapshot() []holderReply {
+// read ends the attempt's replies: later calls are dropped.
+func (f *fairReplies) read() ([]push.Holder, []int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.over = true
-	return slices.Clone(f.r)
+	return f.r, f.foreign
 }
 
 // queueKeys names the queue of lock key key and its entries' deadlines,
@@ -99,28 +98,56 @@ func queueKeys(key string) (q, e string, ok bool) {
 
 // enqueue makes the queued state of a Lock call on key for ttl, woken by
 // w, or nil when key cannot have a queue.
-func (c *Client) enqueue(key string, ttl time.Duration, w *waiter) *queued {
+func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
 	q, e, ok := queueKeys(key)
 	if !ok {
 		return nil
 	}
 	now := time.Now().UnixMicro()
+	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
+	w.SetID(id)
+	wake := w.Wake()
 	return &queued{
-		id:      fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32()),
-		at:      now,
-		keys:    []string{key, q, e},
-		ttlMS:   c.cfg.fairTTL.Milliseconds(),
-		lockTTL: ttl.Truncate(time.Millisecond),
-		grantable: grantable{
-			grant: make(chan *Lock, 1),
-			wake:  w.wake,
-		},
+		Waiter: fair.NewWaiter[*Lock](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
+		wake:   wake,
+		keys:   []string{key, q, e},
+		ttlMS:  c.cfg.fairTTL.Milliseconds(),
 	}
+}
+
+// queueBehindOurs is the start of a fair Lock call that finds waiters of
+// its client queued on the resource: a plain SET NX would lose. It queues
+// behind them, here first: its entry goes to the masters when it is next
+// in line (a release nudges it), or at the refresh.
+func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
+	c := lw.c
+	key := "lock:" + lw.resource
+	if c.cfg.fairTTL <= 0 || lw.multi != nil || !c.line.WaitedOn(key) {
+		return nil
+	}
+	lw.w = c.push.Join(key)
+	if lw.q = c.enqueue(key, lw.ttl, lw.w); lw.q == nil {
+		return nil
+	}
+	if c.cfg.hooks.Waiting != nil {
+		lw.waiting = true // before it can be seen listed
+		c.cfg.hooks.Waiting(1)
+	}
+	c.line.List(lw.q.Waiter)
+	lw.grant = lw.q.Grant
+	h, ok, err := c.line.AwaitTurn(ctx, lw.q.Waiter, lw.q.wake, c.cfg.fairTTL/3)
+	if err != nil {
+		return errors.Join(ErrNotAcquired, err)
+	}
+	if ok {
+		lw.handed = h
+	}
+	return nil
 }
 
 // fairCall is one queued attempt on master i, m: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.id, q.at, q.ttlMS, c.tag)
+	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.ID, q.At, q.ttlMS, c.tag)
 	if err != nil {
 		return false, err
 	}
@@ -130,26 +157,27 @@ func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, 
 	if len(vals) != 4 {
 		return false, fmt.Errorf("redlock: fair lock script replied %v", vals)
 	}
-	r := holderReply{}
-	r.token, _ = vals[1].(string)
-	r.pttl, r.ok = vals[2].(int64)
-	if r.foreign, err = foreignStamp(vals[3]); err != nil {
+	r := push.Holder{}
+	r.Token, _ = vals[1].(string)
+	r.PTTL, r.OK = vals[2].(int64)
+	foreign, err := foreignStamp(vals[3])
+	if err != nil {
 		return false, err
 	}
-	rep.set(i, r)
+	rep.set(i, r, foreign)
 	return false, nil
 }
 
 // foreignStamp reads fair_lock.lua's fourth reply: the arrival stamp of the
 // first waiter of another client queued, in hex µs, or "" for none
-// (math.MaxInt64).
+// (fair.NoForeign).
 func foreignStamp(v any) (int64, error) {
 	s, ok := v.(string)
 	if !ok {
 		return 0, fmt.Errorf("redlock: fair lock script replied %v for the first foreign waiter", v)
 	}
 	if s == "" {
-		return math.MaxInt64, nil
+		return fair.NoForeign, nil
 	}
 	n, err := strconv.ParseInt(s, 16, 64)
 	if err != nil {
@@ -162,34 +190,40 @@ func foreignStamp(v any) (int64, error) {
 
 // readyQueued prepares w for a queued attempt: any release from now on
 // wakes it; it reports whether a release on a majority reaches it.
-func (c *Client) readyQueued(ctx context.Context, w *waiter) bool {
-	select {
-	case <-w.wake:
-	default:
-	}
-	w.setHolder("")
-	w.expect(0)
-	w.expect(c.quorum) // until planQueued knows better
-	return w.listening(ctx, c.quorum, c.cfg.nodeTimeout)
+func (c *Client) readyQueued(ctx context.Context, w *push.Waiter) bool {
+	w.Drain()
+	w.SetHolder("")
+	w.Expect(0)
+	w.Expect(c.quorum) // until planQueued knows better
+	return w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
 }
 
 // planQueued is plan for a queued waiter, from the replies of its attempt:
 // it sleeps until the key may be free for it, a release that names it the
 // head wakes it, and it wakes in time to refresh its entry.
-func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
-	replies := q.last.snapshot()
-	c.observe(q, replies)
-	free, known, holder := wakeAfter(round, replies, c.quorum)
-	w.setHolder(holder)
+func (c *Client) planQueued(w *push.Waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
+	replies, foreigns := q.last.read()
+	answered, foreign := 0, int64(fair.NoForeign)
+	for i, r := range replies {
+		if r.OK {
+			answered++
+			foreign = min(foreign, foreigns[i])
+		}
+	}
+	if answered >= c.quorum {
+		c.line.Observe(q.Waiter, foreign)
+	}
+	free, known, holder := push.WakeAfter(round, replies, c.quorum)
+	w.SetHolder(holder)
 	// The masters held by a token must publish its release; a majority is
 	// free once all but n-quorum of them did.
 	held := 0
 	for _, r := range replies {
-		if r.ok && r.token != "" && r.token != reserved {
+		if r.OK && r.Token != "" && r.Token != reserved {
 			held++
 		}
 	}
-	w.expect(max(held-(len(c.masters)-c.quorum), 1))
+	w.Expect(max(held-(len(c.masters)-c.quorum), 1))
 	refresh := c.cfg.fairTTL / 3
 	if !known {
 		return min(poll, refresh)
@@ -203,13 +237,13 @@ func (c *Client) planQueued(w *waiter, round *quorum.Round, q *queued, poll time
 
 // dequeue removes q's entry in the background, each master bounded by the
 // node timeout, on every master but those whose call in won (the winning
-// round, whose script removed it; nil when q gave up) returned agreed. An entry that a
-// late call adds again expires.
+// round, whose script removed it; nil when q gave up) returned agreed. An
+// entry that a late call adds again expires.
 func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
 	if won != nil && won.Count(quorum.Agreed) == len(c.masters) {
 		return
 	}
-	c.leave(ctx, q.keys, []any{q.id}, func(i int) bool {
+	c.leave(ctx, q.keys, []any{q.ID}, func(i int) bool {
 		if won == nil {
 			return false
 		}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"quorumlock.dev/redlock/internal/fair"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,7 +157,7 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	later := lockAsync(ctx, c, res, time.Minute)
 	// A waiter that finds one of its client's queued waits here first:
 	// its entry goes to the masters when it is next in line.
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 2 })
+	listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == 2 })
 	quit()
 	r := <-gaveUp
 	require.ErrorIs(t, r.err, context.Canceled)

@@ -3,15 +3,12 @@ package redlock
 import (
 	"context"
 	"errors"
-	"math"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 // Direct handoff ([WithFairness]): when the head of a resource's queue is a
@@ -43,276 +40,11 @@ const (
 	byRelease
 )
 
-// locals are the queued waiters of a Client, by lock key, in queue order,
-// and what the last queued attempt on each key saw.
-type locals struct {
-	mu    sync.Mutex
-	m     map[string][]*queued
-	views map[string]view
-}
-
-// view is what a queued attempt of this client saw of the other clients'
-// waiters on a lock: when it began (at, µs on the clock of the arrival
-// stamps), every waiter of another client queued on a majority had a stamp
-// of foreign or later. A waiter of ours that arrived before at with a
-// stamp below foreign is ahead of every other client's waiter that had
-// queued by then, and of every one that arrives later: see covered.
-type view struct{ at, foreign int64 }
-
-// grantable is what a queued waiter tells a releaser of this client. Its
-// fields are guarded by the client's locals.mu.
-type grantable struct {
-	grant      chan *Lock    // cap 1: a lock handed to us
-	wake       chan struct{} // the waiter's: try again at once
-	listed     bool          // in locals.m
-	granting   bool          // a releaser picked us and has not finished
-	attempting bool          // an attempt of ours is running
-	attempts   uint64        // attempts started
-	pending    bool          // the last attempt left calls that outlived its round
-	started    int64         // when the last attempt began, µs on the stamps' clock
-	passComing bool          // next in line while a Lock of this client holds: its Unlock will pick us
-	toAttempt  bool          // nudged to make its first attempt, not begun yet
-	// What a releaser saw when it picked us: an attempt of ours may have
-	// put our entry back after the handoff removed it.
-	pickAttempts   uint64
-	pickAttempting bool
-}
-
-// list makes q a waiter that releases of this client may hand the lock to;
-// unlist undoes it and frees a lock handed to q that it will not take.
-func (c *Client) list(q *queued) {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	if q.listed {
-		return
-	}
-	if c.local.m == nil {
-		c.local.m = make(map[string][]*queued)
-	}
-	key := q.keys[0]
-	ws := c.local.m[key]
-	at, _ := slices.BinarySearchFunc(ws, q, func(a, b *queued) int { return strings.Compare(a.id, b.id) })
-	c.local.m[key] = slices.Insert(ws, at, q)
-	q.listed = true
-}
-
-func (c *Client) unlist(ctx context.Context, q *queued, took *Lock) {
-	c.local.mu.Lock()
-	if q.listed {
-		key := q.keys[0]
-		first := len(c.local.m[key]) > 0 && c.local.m[key][0] == q
-		ws := slices.DeleteFunc(c.local.m[key], func(o *queued) bool { return o == q })
-		if len(ws) == 0 {
-			delete(c.local.m, key)
-			delete(c.local.views, key)
-		} else {
-			c.local.m[key] = ws
-			if first {
-				c.lineUp(ws, 0, took != nil) // see awaitTurn
-			}
-		}
-		q.listed = false
-	}
-	var left *Lock
-	select {
-	case left = <-q.grant:
-	default:
-	}
-	c.local.mu.Unlock()
-	if left != nil && left != took {
-		left.abandonHanded(ctx, nil)
-	}
-}
-
-// awaitTurn is the first wait of a Lock call that found waiters of its
-// client queued on the resource: listed here, with no entry on the
-// masters yet, it waits for a lock passed to it, for the nudge that makes
-// it next in line (deliver, unlist) when it is not sure to be passed the
-// lock (passWillCome), or for the entry's refresh interval, and then makes
-// its first queued attempt. A waiter that a recent attempt of its client
-// covers is passed the lock with no round of its own: about one
-// fair_lock.lua round per batch of waiters instead of one per waiter.
-func (c *Client) awaitTurn(ctx context.Context, q *queued) (*Lock, error) {
-	t := time.NewTimer(c.cfg.fairTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case l := <-q.grant:
-			return l, nil
-		case <-q.wake:
-			if !c.passWillCome(q) {
-				return nil, nil
-			}
-		case <-t.C:
-			return nil, nil
-		case <-ctx.Done():
-			return nil, errors.Join(ErrNotAcquired, ctx.Err())
-		}
-	}
-}
-
-// passWillCome reports whether q, nudged as next in line, may wait here
-// for the lock: a Lock of this client holds it, whose Unlock passes it to
-// q when covered.
-func (c *Client) passWillCome(q *queued) bool {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	if q.passComing && c.coveredLocked(q) {
-		q.toAttempt = false
-		return true
-	}
-	return false
-}
-
-// coveredLocked reports whether the last view of q's lock puts q ahead of
-// every waiter of another client: q arrived before that attempt began and
-// no other client's waiter then queued had an earlier stamp. One that
-// queues later has a later stamp (up to the skew of the clients' clocks,
-// which bends the order as it does every stamp's). c.local.mu is held.
-func (c *Client) coveredLocked(q *queued) bool {
-	v, ok := c.local.views[q.keys[0]]
-	return ok && q.at <= v.at && q.at < v.foreign
-}
-
-// lazyLocked reports whether q never began an attempt: it has no entry on
-// the masters. c.local.mu is held.
-func lazyLocked(q *queued) bool {
-	return q.attempts == 0 && !q.attempting
-}
-
-// lineUp nudges the waiters of ws (one lock's, in queue order) after the
-// line moved: ws[from] is next in line. While a Lock of ours holds
-// (passing), the waiter after it, when it never queued on the masters and
-// no view covers it, makes its first attempt now, during the section
-// before its turn: its view, which covers it and every waiter listed
-// behind it, is there when its turn comes, and no Unlock waits on it.
-// c.local.mu is held.
-func (c *Client) lineUp(ws []*queued, from int, passing bool) {
-	if from >= len(ws) {
-		return
-	}
-	c.nextInLine(ws[from], passing)
-	if !passing || from+1 >= len(ws) {
-		return
-	}
-	n := ws[from+1]
-	if !lazyLocked(n) || c.coveredLocked(n) {
-		return
-	}
-	for _, o := range ws {
-		if o.toAttempt || (o.attempting && o.started >= n.at) {
-			return // its view will cover n
-		}
-	}
-	n.passComing, n.toAttempt = false, true
-	signal(n.wake)
-}
-
-// nextInLine nudges q, now next in line, out of awaitTurn: passing tells
-// it whether a Lock of this client holds the lock (its Unlock will pick
-// q). A waiter that queued on the masters already is left alone while
-// passing: its entry is there, and a pass reaches it where it waits; else
-// it tries again at once. c.local.mu is held.
-func (c *Client) nextInLine(q *queued, passing bool) {
-	if lazyLocked(q) {
-		if q.toAttempt {
-			return // on its way to its first attempt: a second nudge would be a second attempt
-		}
-		q.passComing = passing
-		q.toAttempt = !passing || !c.coveredLocked(q) // see passWillCome
-		signal(q.wake)
-	} else if !passing {
-		signal(q.wake)
-	}
-}
-
-// waitedOn reports whether waiters of this client are queued on key.
-func (c *Client) waitedOn(key string) bool {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	return len(c.local.m[key]) > 0
-}
-
-// attempting records that q starts an attempt (true) or finished one. It
-// reports false, and records nothing, when a lock passed to q waits in its
-// grant: q takes that instead of starting an attempt, which would put its
-// entry on the masters after the pass decided that it had none (see
-// deliver).
-func (c *Client) attempting(q *queued, on bool, round *quorum.Round) bool {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	if on && len(q.grant) > 0 {
-		return false
-	}
-	q.attempting = on
-	if on {
-		q.toAttempt = false
-		q.attempts++
-		q.started = time.Now().UnixMicro()
-	} else {
-		q.pending = round != nil && round.Count(quorum.Pending) > 0
-	}
-	return true
-}
-
-// pick returns the first listed waiter on key that no releaser is handing
-// a lock to, marked as picked, or nil; whether it is covered (the lock may
-// pass to it in-process); and whether it never queued on the masters.
-func (c *Client) pick(key string) (q *queued, covered, lazy bool) {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	for _, q := range c.local.m[key] {
-		if !q.granting && len(q.grant) == 0 {
-			q.granting = true
-			q.pickAttempts, q.pickAttempting = q.attempts, q.attempting || q.pending
-			return q, c.coveredLocked(q), q.pickAttempts == 0 && !q.pickAttempting
-		}
-	}
-	return nil, false, false
-}
-
-// unpick ends a pick of q that hands it nothing; q, never queued on the
-// masters, is nudged to make its first attempt: no Lock of ours will pass
-// it the lock.
-func (c *Client) unpick(q *queued) {
-	c.local.mu.Lock()
-	q.granting = false
-	if q.listed {
-		c.nextInLine(q, false)
-	}
-	c.local.mu.Unlock()
-}
-
-// observe records what q's lost attempt saw (replies, with a majority
-// answering) as its lock's view, unless a later attempt's is there.
-func (c *Client) observe(q *queued, replies []holderReply) {
-	answered, foreign := 0, int64(math.MaxInt64)
-	for _, r := range replies {
-		if r.ok {
-			answered++
-			foreign = min(foreign, r.foreign)
-		}
-	}
-	if answered < c.quorum {
-		return
-	}
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	key := q.keys[0]
-	if v, ok := c.local.views[key]; ok && v.at > q.started {
-		return
-	}
-	if c.local.views == nil {
-		c.local.views = make(map[string]view)
-	}
-	c.local.views[key] = view{at: q.started, foreign: foreign}
-}
-
 // passable reports whether a lease that ends at until (untilBoot on the
 // clock that counts suspend) has at least three quarters of q's lease left:
 // enough to pass it on to q as it is.
-func (c *Client) passable(q *queued, until time.Time, untilBoot time.Duration) bool {
-	lease := c.lease(q.lockTTL)
+func (c *Client) passable(q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) bool {
+	lease := c.lease(q.TTL)
 	now, boot := c.clock.now()
 	left := min(until.Sub(now), untilBoot-boot)
 	return left >= lease/4*3
@@ -338,7 +70,7 @@ func strs(ss []string) []any {
 // see nothing: their keys hold the same token until the same expiry, so
 // mutual exclusion is l's, and l has ended before q's Lock exists. Waiters
 // of other clients keep their place: q was ahead of them by its stamp.
-func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot time.Duration) error {
+func (l *Lock) passOn(ctx context.Context, q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) error {
 	c := l.c
 	next := &Lock{c: c, resource: l.resource, key: l.key, keys: l.keys, token: l.token, args: l.args,
 		round: l.round, queued: l.queued, passed: true, until: until, untilBoot: untilBoot}
@@ -349,7 +81,8 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	// there.
 	stale := l.stale
 	if len(stale) >= staleBatch {
-		c.leave(ctx, q.keys, strs(stale), nil)
+		qk, ek, _ := queueKeys(q.Key)
+		c.leave(ctx, []string{q.Key, qk, ek}, strs(stale), nil)
 		stale = nil
 	}
 	next.stale = stale
@@ -362,52 +95,26 @@ func (l *Lock) passOn(ctx context.Context, q *queued, until time.Time, untilBoot
 	return nil
 }
 
-// raced reports whether an attempt of q ran during the handoff it took:
-// its entry may then be back on masters that removed it.
-func (c *Client) raced(q *queued) bool {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	return q.pickAttempting || q.attempts != q.pickAttempts
-}
-
-// deliver ends a handoff to q: l, when not nil, is the lock it took; the
-// waiter listed after q is then next in line, and is nudged to put its
-// entry on the masters (see awaitTurn).
-func (c *Client) deliver(ctx context.Context, q *queued, l *Lock) {
-	c.local.mu.Lock()
-	q.granting = false
-	if l != nil && q.listed {
-		if l.passed && !lazyLocked(q) {
-			// q's entry is on the masters, put there by an attempt that
-			// may have begun after the pick (a covered waiter that never
-			// queued there has none, and starts no attempt from now on:
-			// see attempting).
-			l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.id)
-		}
-		q.grant <- l // cap 1, and one handoff at a time
-		l = nil
-		ws := c.local.m[q.keys[0]]
-		if i := slices.Index(ws, q); i >= 0 {
-			c.lineUp(ws, i+1, true)
-		}
-	}
-	c.local.mu.Unlock()
-	if l != nil {
+// deliver ends a handoff to q of l, the lock it took: the waiter listed
+// after q is then next in line (package fair). A q that left the line
+// meanwhile does not take it: l is freed.
+func (c *Client) deliver(ctx context.Context, q *fair.Waiter[*Lock], l *Lock) {
+	if !c.line.Deliver(q, l, l.passed, func() { l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.ID) }) {
 		l.abandonHanded(ctx, nil)
 	}
 }
 
 // abandonHanded frees the keys of a handed lock nobody will hold, in the
-// background, and then wakes wake when it is not nil: its waiter tries
+// background, and then calls after when it is not nil: its waiter tries
 // again once the masters that answered have let the keys go.
-func (l *Lock) abandonHanded(ctx context.Context, wake chan struct{}) {
+func (l *Lock) abandonHanded(ctx context.Context, after func()) {
 	l.mu.Lock()
 	l.ended, l.cause = true, errUnlocked
 	l.mu.Unlock()
 	go func() {
 		l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
-		if wake != nil {
-			signal(wake)
+		if after != nil {
+			after()
 		}
 	}()
 }
@@ -419,12 +126,12 @@ func (l *Lock) abandonHanded(ctx context.Context, wake chan struct{}) {
 // free for the head. The masters where l's call failed or is still running
 // get the plain release once it has returned, in the background. Unlock's
 // outcome counts the masters where l's token was released, handed or not.
-func (l *Lock) handOff(ctx context.Context, q *queued) error {
+func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	c := l.c
 	detached := context.WithoutCancel(ctx)
 	old := l.round
 	next := newLock(c, l.resource, newToken())
-	ttl := q.lockTTL
+	ttl := q.TTL
 	c.issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))
 	// release.lua's reply + 1 per master, from the handoff's call or the
@@ -446,7 +153,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 			return false, errNotHanded
 		}
 		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return evalInt(ctx, m, releaseScript, l.keys, append([]any{l.token, q.id, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
+			return evalInt(ctx, m, releaseScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
 		})
 		if err != nil {
 			replies[i].Store(-1)
@@ -499,8 +206,8 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 		// ran, a call that outlives the round): their keys would stay for
 		// q's whole TTL with a token nobody holds. Free them, then q tries
 		// at once.
-		c.deliver(ctx, q, nil)
-		next.abandonHanded(ctx, q.wake)
+		c.line.Withdraw(q)
+		next.abandonHanded(ctx, q.Nudge)
 	}
 
 	return l.handedOutcome(round, who, replies, answered)

@@ -2,7 +2,8 @@ package redlock
 
 import (
 	"context"
-	"slices"
+	"quorumlock.dev/redlock/internal/fair"
+	"quorumlock.dev/redlock/internal/push"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,7 @@ func TestFairPassOn(t *testing.T) {
 	queuedOn(t, admin, res, 1)
 	// Its attempt's replies read: it knows only its client's waiters are
 	// ahead of it (none).
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 && c.coveredLocked(ws[0]) })
+	listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == 1 && ws[0].Covered })
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
@@ -186,7 +187,7 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 	// second queues here first: it puts its entry on the masters when next
 	// in line, or at the refresh; either way its stamp is the latest.
 	// first knows it heads the queue; second is listed.
-	listedHere(t, mine, res, func(ws []*queued) bool { return len(ws) == 2 && mine.coveredLocked(ws[0]) })
+	listedHere(t, mine, res, func(ws []fair.State) bool { return len(ws) == 2 && ws[0].Covered })
 	require.NoError(t, holder.Unlock(ctx))
 
 	f := <-first
@@ -221,18 +222,16 @@ func heldWithWaiter(ctx context.Context, t *testing.T, c *Client, admin []*redis
 	holder := lockEverywhere(t, c, admin, res, 30*time.Second)
 	waiting := lockAsync(ctx, c, *res, time.Minute)
 	queuedOn(t, admin, *res, 1)
-	listedHere(t, c, *res, func(ws []*queued) bool { return len(ws) == 1 })
+	listedHere(t, c, *res, func(ws []fair.State) bool { return len(ws) == 1 })
 	return holder, waiting
 }
 
 // listedHere waits until the waiters c lists for resource, in queue order,
 // satisfy ok.
-func listedHere(t *testing.T, c *Client, resource string, ok func([]*queued) bool) {
+func listedHere(t *testing.T, c *Client, resource string, ok func([]fair.State) bool) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		c.local.mu.Lock()
-		defer c.local.mu.Unlock()
-		return ok(c.local.m["lock:"+resource])
+		return c.line.Inspect("lock:"+resource, ok)
 	}, 5*time.Second, time.Millisecond, "the waiters of this client are not listed as expected")
 }
 
@@ -332,11 +331,11 @@ func TestFairPassCoversBatch(t *testing.T) {
 	var waiting [n]<-chan lockResult
 	waiting[0] = lockAsync(ctx, c, res, time.Minute)
 	queuedOn(t, admin, res, 1)
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+	listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == 1 })
 	for i := 1; i < n; i++ {
 		// One at a time, so that their stamps are in this order.
 		waiting[i] = lockAsync(ctx, c, res, time.Minute)
-		listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == i+1 })
+		listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == i+1 })
 	}
 	queuedOn(t, admin, res, 1) // the others wait here, with no entry on the masters
 	before := calls.n.Load()
@@ -359,7 +358,7 @@ func TestFairPassCoversBatch(t *testing.T) {
 		if i == 0 {
 			// The second waiter's attempt, begun when the first took the
 			// lock, has read its replies: its view covers it and the rest.
-			listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == n-1 && c.coveredLocked(ws[n-2]) })
+			listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == n-1 && ws[n-2].Covered })
 		}
 		assert.Equal(t, holder.Token(), r.l.Token(), "waiter %d was not passed the lock", i)
 		require.NoError(t, r.l.Unlock(ctx))
@@ -372,29 +371,13 @@ func TestFairPassCoversBatch(t *testing.T) {
 
 // sleepsOn reports whether a waiter of c on resource sleeps on token.
 func sleepsOn(c *Client, resource, token string) bool {
-	c.push.mu.Lock()
-	subs := slices.Clone(c.push.subs)
-	c.push.mu.Unlock()
-	for _, s := range subs {
-		if s == nil {
-			continue
+	found := false
+	c.push.Waiting("lock:"+resource, func(ws []*push.Waiter) {
+		for _, w := range ws {
+			found = found || w.Holder() == token
 		}
-		s.mu.Lock()
-		ch := s.chans["lock:"+resource]
-		found := false
-		if ch != nil {
-			for w := range ch.waiters {
-				w.mu.Lock()
-				found = found || w.holder == token
-				w.mu.Unlock()
-			}
-		}
-		s.mu.Unlock()
-		if found {
-			return true
-		}
-	}
-	return false
+	})
+	return found
 }
 
 // TestFairHandoffWakesOtherWaiters: a direct handoff still tells the

@@ -234,19 +234,19 @@ func (l *Lock) unlock(ctx context.Context) error {
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
 	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
-		if q, covered, lazy := l.c.pick(l.key); q != nil {
+		if q, covered, lazy := l.c.line.Pick(l.key); q != nil {
 			switch {
 			case lost != nil:
 				// Its keys may be gone and another client may hold the
 				// lock: nothing of it is passed on. A plain release, then
 				// q tries in a round of its own.
-				defer l.c.unpick(q)
+				defer l.c.line.Unpick(q)
 			case covered && l.c.passable(q, until, untilBoot):
 				return l.passOn(ctx, q, until, untilBoot)
 			case lazy:
 				// No entry of q's for the masters to hand the key to: a
 				// plain release, then q's first attempt.
-				defer l.c.unpick(q)
+				defer l.c.line.Unpick(q)
 			default:
 				return l.handOff(ctx, q)
 			}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"quorumlock.dev/redlock/internal/fair"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -35,12 +36,12 @@ func newLostPassWorld(ctx context.Context, t *testing.T, bTTL time.Duration) los
 	h, err := c.TryLock(ctx, lostRes, time.Minute)
 	require.NoError(t, err)
 	aRes := lockAsync(ctx, c, lostRes, time.Minute)
-	listedHere(t, c, lostRes, func(ws []*queued) bool { return len(ws) == 1 && ws[0].attempts > 0 })
+	listedHere(t, c, lostRes, func(ws []fair.State) bool { return len(ws) == 1 && ws[0].Attempts > 0 })
 	b := lockAsync(ctx, c, lostRes, bTTL)
 	// A polls while H holds: an attempt of A's that starts after B arrived
 	// covers B, which then waits here for the lock to be passed on.
-	listedHere(t, c, lostRes, func(ws []*queued) bool {
-		return len(ws) == 2 && lazyLocked(ws[1]) && c.coveredLocked(ws[1])
+	listedHere(t, c, lostRes, func(ws []fair.State) bool {
+		return len(ws) == 2 && ws[1].Never && ws[1].Covered
 	})
 	require.NoError(t, h.Unlock(ctx))
 	a := <-aRes

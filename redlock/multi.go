@@ -3,8 +3,6 @@ package redlock
 import (
 	"context"
 	_ "embed"
-	"errors"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -42,45 +40,7 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 	if _, err := c.newMulti(resources, ttl); err != nil {
 		return nil, err
 	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	var last error // as in Lock: of the last attempt ctx did not cut short
-	for n := 1; ; n++ {
-		l, err := c.newMulti(resources, ttl)
-		if err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			if last == nil {
-				return nil, c.notAttempted(err)
-			}
-			return nil, errors.Join(last, err)
-		}
-		l, round, err := c.attemptLock(ctx, l, ttl, nil)
-		if !cutShort(ctx, round) || last == nil {
-			last = err
-		}
-		if err == nil || errors.Is(err, ErrWrongType) || (c.cfg.attempts > 0 && n >= c.cfg.attempts && ctx.Err() == nil) {
-			return l, err
-		}
-		if ctx.Err() != nil {
-			if last != err {
-				return nil, errors.Join(last, ctx.Err())
-			}
-			return nil, err
-		}
-		wait := c.cfg.delay
-		if c.cfg.jitter > 0 {
-			wait += rand.N(c.cfg.jitter)
-		}
-		timer.Reset(wait)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, errors.Join(last, ctx.Err())
-		}
-	}
+	return c.wait(ctx, &lockWait{c: c, resource: strings.Join(resources, ","), multi: resources, ttl: ttl})
 }
 
 // newMulti checks resources and makes the Lock an attempt fills in.

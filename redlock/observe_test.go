@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"quorumlock.dev/redlock/internal/fair"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -294,10 +295,10 @@ func TestWaitingCountsFairWaiters(t *testing.T) {
 		go func() { results <- <-lockAsync(ctx, c, res, time.Minute) }()
 		if k == 0 {
 			// The others find it listed, and wait behind it in-process.
-			listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == 1 })
+			listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == 1 })
 		}
 	}
-	listedHere(t, c, res, func(ws []*queued) bool { return len(ws) == n })
+	listedHere(t, c, res, func(ws []fair.State) bool { return len(ws) == n })
 	assert.Equal(t, int64(n), obs.waiting.Load(), "Lock calls waiting on the gauge, with %d listed", n)
 	require.NoError(t, holder.Unlock(ctx))
 	for range n {

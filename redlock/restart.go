@@ -13,6 +13,7 @@ import (
 	"quorumlock.dev/driver"
 
 	"quorumlock.dev/internal/clockdrift"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // errQuarantined is the error of a master whose vote the restart guard did
@@ -115,7 +116,7 @@ func (c *Client) suspect(i int) {
 		m.publish()
 	}
 	m.mu.Unlock()
-	signal(g.kick)
+	push.Signal(g.kick)
 }
 
 // startGuard starts the watcher; Close stops it.
@@ -162,7 +163,7 @@ func (c *Client) stopGuard(by time.Time) {
 	g.stopped.Store(true)
 	g.cancel()
 	g.loop.Wait()
-	waitBy(&g.samples, by)
+	push.WaitBy(&g.samples, by)
 	for i := range g.masters {
 		m := &g.masters[i]
 		m.mu.Lock()
@@ -251,7 +252,7 @@ func (c *Client) sample(ctx context.Context, i int) {
 	m.runID, m.start = runID, start
 	if m.gen != gen {
 		// A suspicion came after this sample was sent: sample again.
-		signal(c.guard.kick)
+		push.Signal(c.guard.kick)
 		return
 	}
 	m.restartAt = start

@@ -34,39 +34,6 @@ func roundOf(answers ...quorum.Answer) *quorum.Round {
 	})
 }
 
-func TestWakeAfter(t *testing.T) {
-	A, R, F := quorum.Agreed, quorum.Refused, quorum.Failed
-	held := func(tok string, ms int64) holderReply { return holderReply{ok: true, token: tok, pttl: ms} }
-	gone := holderReply{ok: true, pttl: -2}
-	none := holderReply{}
-	tests := []struct {
-		name    string
-		answers []quorum.Answer
-		replies []holderReply
-		free    time.Duration
-		known   bool
-		holder  string
-	}{
-		{"one holder on all", []quorum.Answer{R, R, R}, []holderReply{held("h", 300), held("h", 200), held("h", 100)}, 200 * time.Millisecond, true, "h"},
-		{"ours on one, released", []quorum.Answer{A, R, R}, []holderReply{none, held("h", 500), held("h", 900)}, 500 * time.Millisecond, true, "h"},
-		{"key gone since", []quorum.Answer{R, R, R}, []holderReply{gone, gone, held("h", 900)}, 0, true, ""},
-		{"no expiry", []quorum.Answer{R, R, R}, []holderReply{held("h", -1), held("h", -1), held("h", 50)}, 0, false, "h"},
-		{"failed masters never free", []quorum.Answer{F, F, R}, []holderReply{none, none, held("h", 50)}, 0, false, ""},
-		{"split between losers", []quorum.Answer{R, R, R, R, A}, []holderReply{held("a", 900), held("a", 800), held("b", 700), held("b", 600), none}, 700 * time.Millisecond, true, ""},
-		{"script failed", []quorum.Answer{R, R, R}, []holderReply{none, held("h", 10), held("h", 20)}, 20 * time.Millisecond, true, "h"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			free, known, holder := wakeAfter(roundOf(tt.answers...), tt.replies, quorum.Majority(len(tt.answers)))
-			assert.Equal(t, tt.known, known, "known")
-			if tt.known {
-				assert.Equal(t, tt.free, free)
-			}
-			assert.Equal(t, tt.holder, holder)
-		})
-	}
-}
-
 // waitMasters starts n redis-servers and returns a client of each and one
 // more client of each for the test's own commands.
 func waitMasters(t *testing.T, n int) (masters []Master, admin []*redis.Client) {
@@ -329,11 +296,7 @@ func TestWaitWithoutSubscribe(t *testing.T) {
 	l, err := c.Lock(ctx, res, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
-	c.push.mu.Lock()
-	defer c.push.mu.Unlock()
-	for _, s := range c.push.subs {
-		assert.Nil(t, s, "a subscriber for a master without Subscribe")
-	}
+	assert.Zero(t, c.push.Subscribers(), "a subscriber for a master without Subscribe")
 	// Check says so: a driver that cannot subscribe is not silent.
 	rep, err := c.Check(ctx)
 	require.NoError(t, err)

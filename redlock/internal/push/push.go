@@ -1,0 +1,511 @@
+// Package push is the plain wait policy of a Lock call: it wakes a waiter
+// when the holder's release is published (scripts/release.lua PUBLISHes on a
+// channel named like the lock key, with the released token), and computes
+// when a majority of the holder's keys expire, for the timer that backs the
+// push up. It keeps one subscription connection per master that can
+// subscribe ([driver.Subscriber]), opened at the first wait and shared by
+// every resource waited on. It does not call the masters' keys: the caller
+// reads the holders and sends the attempts.
+package push
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"quorumlock.dev/driver"
+)
+
+// Hub is one Client's subscriptions, one per master that can subscribe,
+// made at the first [Hub.Join]. Each runs two goroutines until [Hub.Close].
+type Hub struct {
+	conns  []driver.Conn
+	labels []string // for logs
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	subs   []*subscriber // by master; nil: cannot subscribe; the slice is nil until the first Join
+	closed bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewHub returns the hub of masters conns, named labels in logs. It does no I/O.
+func NewHub(conns []driver.Conn, labels []string, logger *slog.Logger) *Hub {
+	return &Hub{conns: conns, labels: labels, logger: logger}
+}
+
+// subscriber is the subscription connection to one master, run by two
+// goroutines: write sends SUBSCRIBE, UNSUBSCRIBE and PING as waiters come
+// and go, read receives releases, pongs and errors. A waiter never calls
+// the connection itself, so a master that hangs holds these two goroutines
+// and nothing else.
+type subscriber struct {
+	ps   driver.Subscription
+	kick chan struct{} // cap 1: something for write to do
+	done chan struct{}
+
+	mu       sync.Mutex
+	chans    map[string]*channel
+	seq      uint64 // the last batch that write sent
+	acked    uint64 // the last batch whose PING came back
+	up       bool   // a pong came back since the connection last failed
+	needPing bool
+}
+
+// channel is one lock key that waiters of this client wait on.
+type channel struct {
+	waiters map[*Waiter]struct{}
+	batch   uint64 // the batch whose SUBSCRIBE covers it; 0: not sent yet
+}
+
+// Waiter is one Lock call that waits on a channel.
+type Waiter struct {
+	channel string
+	subs    []*subscriber // the masters it subscribed on
+	wake    chan struct{} // cap 1: a release, or a lost connection
+	ready   chan struct{} // cap 1: a subscription was confirmed
+
+	mu     sync.Mutex
+	holder string // wake only on this token's release; "": on any
+	id     string // queued (fair): wake only on a handoff to this id
+	got    int    // queued: releases worth waking for since the last attempt
+	need   int    // queued: how many releases make a majority free; 0: any one
+}
+
+// Join registers a waiter for channel on every master that can subscribe,
+// starting the subscriptions at the first call. After Close it subscribes
+// nowhere: the waiter then has its timer alone.
+func (h *Hub) Join(channel string) *Waiter {
+	w := &Waiter{channel: channel, wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return w
+	}
+	if h.subs == nil {
+		h.start()
+	}
+	for _, s := range h.subs {
+		if s != nil {
+			w.subs = append(w.subs, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range w.subs {
+		s.add(w)
+	}
+	return w
+}
+
+// start makes the subscriber of every master that can subscribe; h.mu is held.
+func (h *Hub) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.subs = make([]*subscriber, len(h.conns))
+	for i, m := range h.conns {
+		sm, ok := m.(driver.Subscriber) // others are waited on by the timer alone
+		if !ok {
+			continue
+		}
+		s := &subscriber{
+			ps:    sm.Subscribe(ctx), // no channels yet: no I/O
+			kick:  make(chan struct{}, 1),
+			done:  make(chan struct{}),
+			chans: make(map[string]*channel),
+		}
+		h.subs[i] = s
+		h.wg.Go(func() { s.write(ctx, h, i) })
+		h.wg.Go(func() { s.read(ctx, h, i) })
+	}
+}
+
+// Close stops the subscriptions and wakes every waiter, which has its timer
+// alone from then on. It returns once the goroutines ended, or at by (a
+// call stuck on a hung master ends in the background). Idempotent.
+func (h *Hub) Close(by time.Time) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	subs, cancel := h.subs, h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel() // ends a dial in progress
+	}
+	for _, s := range subs {
+		if s == nil {
+			continue
+		}
+		close(s.done)
+		s.lost() // wakes every waiter
+		// Unblocks read; the error is only ErrClosed or the socket's. Not
+		// waited for: it waits for a subscription call in flight, which a
+		// master that hangs holds until the ReadTimeout.
+		go func() { _ = s.ps.Close() }()
+	}
+	WaitBy(&h.wg, by)
+}
+
+// WaitBy waits for wg, at most until by.
+func WaitBy(wg *sync.WaitGroup, by time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// Signal sends on ch unless a send is pending there already.
+func Signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscriber) add(w *Waiter) {
+	s.mu.Lock()
+	ch := s.chans[w.channel]
+	if ch == nil {
+		ch = &channel{waiters: make(map[*Waiter]struct{})}
+		s.chans[w.channel] = ch
+	}
+	ch.waiters[w] = struct{}{}
+	fresh := ch.batch == 0
+	s.mu.Unlock()
+	if fresh {
+		Signal(s.kick)
+	}
+}
+
+// remove unregisters w; the last waiter of a channel has write unsubscribe
+// it, so the master stops sending this client releases nobody waits for.
+func (s *subscriber) remove(w *Waiter) {
+	s.mu.Lock()
+	ch := s.chans[w.channel]
+	delete(ch.waiters, w)
+	last := len(ch.waiters) == 0
+	s.mu.Unlock()
+	if last {
+		Signal(s.kick)
+	}
+}
+
+// confirmed reports whether a release of channel on this master now
+// reaches us: its SUBSCRIBE was followed by a PING that came back on the
+// connection that is up. go-redis resubscribes every channel when it
+// redials, before anything else is sent, so a pong after a redial covers
+// them all.
+func (s *subscriber) confirmed(channel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.chans[channel]
+	return s.up && ch != nil && ch.batch != 0 && s.acked >= ch.batch
+}
+
+// backoff is the pause after the n-th failure in a row of a subscription
+// connection: 10 ms doubling to 1 s.
+func backoff(n int) time.Duration {
+	return min(10*time.Millisecond<<min(n, 7), time.Second)
+}
+
+// pause sleeps d unless the subscriber is stopped first; false if stopped.
+func (s *subscriber) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+func (s *subscriber) write(ctx context.Context, h *Hub, i int) {
+	failures := 0
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.kick:
+		}
+		var sub, unsub []string
+		s.mu.Lock()
+		for name, ch := range s.chans {
+			switch {
+			case len(ch.waiters) == 0:
+				unsub = append(unsub, name)
+				delete(s.chans, name)
+			case ch.batch == 0:
+				sub = append(sub, name)
+			}
+		}
+		ping := s.needPing || len(sub) > 0
+		s.needPing = false
+		s.seq++
+		seq := s.seq
+		for _, name := range sub {
+			s.chans[name].batch = seq
+		}
+		s.mu.Unlock()
+
+		// Redis runs a connection's commands in order, so the PING's reply
+		// says that every command before it has taken effect.
+		var err error
+		if len(unsub) > 0 {
+			err = s.ps.Unsubscribe(ctx, unsub...)
+		}
+		if err == nil && len(sub) > 0 {
+			err = s.ps.Subscribe(ctx, sub...)
+		}
+		if err == nil && ping {
+			err = s.ps.Ping(ctx, strconv.FormatUint(seq, 10))
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		h.logger.Debug("redlock: subscription write failed; waiters fall back to their timers", "master", h.labels[i], "err", err)
+		s.mu.Lock()
+		s.needPing = true
+		s.mu.Unlock()
+		if !s.pause(backoff(failures)) {
+			return
+		}
+		failures++
+		Signal(s.kick)
+	}
+}
+
+func (s *subscriber) read(ctx context.Context, h *Hub, i int) {
+	failures := 0
+	for {
+		// Close closes the connection, which ends the read.
+		msg, err := s.ps.Receive(ctx)
+		select {
+		case <-s.done:
+			return
+		default:
+		}
+		if err != nil {
+			h.logger.Debug("redlock: subscription lost; waiters retry at once", "master", h.labels[i], "err", err)
+			s.lost()
+			Signal(s.kick)
+			if !s.pause(backoff(failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		if msg.Pong {
+			s.pong(msg.Payload)
+		} else {
+			s.deliver(msg.Channel, msg.Payload)
+		}
+	}
+}
+
+// lost marks the connection down and wakes every waiter: a release may
+// have been published while it was.
+func (s *subscriber) lost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.up, s.needPing = false, true
+	for _, ch := range s.chans {
+		for w := range ch.waiters {
+			Signal(w.wake)
+		}
+	}
+}
+
+func (s *subscriber) pong(payload string) {
+	seq, err := strconv.ParseUint(payload, 10, 64)
+	if err != nil {
+		return // not our PING
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acked = max(s.acked, seq)
+	s.up = true
+	for _, ch := range s.chans {
+		for w := range ch.waiters {
+			Signal(w.ready)
+		}
+	}
+}
+
+func (s *subscriber) deliver(channel, token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.chans[channel]
+	if ch == nil {
+		return
+	}
+	for w := range ch.waiters {
+		if w.wants(token) {
+			Signal(w.wake)
+		}
+	}
+}
+
+// Wake is the waiter's channel: a release worth waking for, a lost
+// connection, or a nudge of the fair policy.
+func (w *Waiter) Wake() chan struct{} { return w.wake }
+
+// Drain forgets a wake-up that came before now.
+func (w *Waiter) Drain() {
+	select {
+	case <-w.wake:
+	default:
+	}
+}
+
+// wants reports whether a release message (the released token, and
+// "/head" when the key was handed to a queue's head) is worth waking for.
+func (w *Waiter) wants(msg string) bool {
+	token, head, handoff := strings.Cut(msg, "/")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wanted := w.holder == "" || w.holder == token
+	if handoff && w.id != "" {
+		wanted = head == w.id
+	}
+	if !wanted || w.need == 0 {
+		return wanted
+	}
+	w.got++
+	return w.got >= w.need
+}
+
+// Expect has a queued waiter wake only once need releases came since its
+// last attempt: waking at the first of a release's messages, it would try
+// before the others' masters had handed the key over, and lose. Expect(0)
+// counts from zero again.
+func (w *Waiter) Expect(need int) {
+	w.mu.Lock()
+	w.need = max(need, 0)
+	if need <= 0 {
+		w.got = 0
+	}
+	ready := w.need > 0 && w.got >= w.need
+	w.mu.Unlock()
+	if ready {
+		Signal(w.wake)
+	}
+}
+
+// SetID makes w a queued waiter: a handoff wakes it only when it names id.
+func (w *Waiter) SetID(id string) {
+	w.mu.Lock()
+	w.id = id
+	w.mu.Unlock()
+}
+
+// SetHolder has w wake only on the release of token ("": any release).
+func (w *Waiter) SetHolder(token string) {
+	w.mu.Lock()
+	w.holder = token
+	w.mu.Unlock()
+}
+
+// Holder is the token w wakes on, "" for any.
+func (w *Waiter) Holder() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holder
+}
+
+// Leave unregisters w from every subscription.
+func (w *Waiter) Leave() {
+	for _, s := range w.subs {
+		s.remove(w)
+	}
+}
+
+// Listening waits, at most timeout, until a release on quorum masters
+// reaches w, and reports whether it does.
+func (w *Waiter) Listening(ctx context.Context, quorum int, timeout time.Duration) bool {
+	open := 0
+	for _, s := range w.subs {
+		select {
+		case <-s.done: // closed by Close
+		default:
+			open++
+		}
+	}
+	if open < quorum {
+		return false
+	}
+	var t *time.Timer
+	for {
+		n := 0
+		for _, s := range w.subs {
+			if s.confirmed(w.channel) {
+				n++
+			}
+		}
+		if n >= quorum {
+			return true
+		}
+		if t == nil {
+			t = time.NewTimer(timeout)
+			defer t.Stop()
+		}
+		select {
+		case <-w.ready:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Waiting calls f with the waiters of channel on each master that can
+// subscribe (for tests that look at who sleeps on what).
+func (h *Hub) Waiting(channel string, f func([]*Waiter)) {
+	h.mu.Lock()
+	subs := h.subs
+	h.mu.Unlock()
+	for _, s := range subs {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		var ws []*Waiter
+		if ch := s.chans[channel]; ch != nil {
+			for w := range ch.waiters {
+				ws = append(ws, w)
+			}
+		}
+		s.mu.Unlock()
+		f(ws)
+	}
+}
+
+// Subscribers is how many masters the hub has subscriptions to: none before
+// the first Join, and none for masters that cannot subscribe.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.subs {
+		if s != nil {
+			n++
+		}
+	}
+	return n
+}
