@@ -133,7 +133,7 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 // release with the compare-and-delete script on every master, waiting for
 // all. No validity, no cleanup of late SETs, no error detail.
 // rawRelease is release.lua for the raw loop's plain go-redis clients.
-var rawRelease = redis.NewScript(releaseLua)
+var rawRelease = redis.NewScript(queueLua + releaseLua)
 
 func rawCycle(b *testing.B, servers []*redisserver.Server) {
 	n := len(servers)

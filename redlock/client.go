@@ -24,16 +24,6 @@ import (
 // MaxResourceLen is the longest resource name accepted, in bytes.
 const MaxResourceLen = 512
 
-var (
-	//go:embed scripts/release.lua
-	releaseLua    string
-	releaseScript = driver.NewScript(releaseLua)
-
-	//go:embed scripts/extend.lua
-	extendLua    string
-	extendScript = driver.NewScript(extendLua)
-)
-
 // Client takes locks on a fixed set of masters; it is safe for concurrent use.
 // Its goroutines: with [WithRestartGuard] or [WithClockMonitor], from New, one
 // watcher and at most one sample per master; from the first Lock that waits,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -28,17 +27,7 @@ import (
 // set on a majority. The client's own waiters stand in its fair.Line;
 // docs/design.md ("Fair handoff") says why it is built this way.
 
-var (
-	//go:embed scripts/fair_lock.lua
-	fairLockLua    string
-	fairLockScript = driver.NewScript(fairLockLua)
-
-	//go:embed scripts/fair_leave.lua
-	fairLeaveLua    string
-	fairLeaveScript = driver.NewScript(fairLeaveLua)
-)
-
-// reserved is the lock key's value while release.lua hands it to the
+// reserved is the lock key's value while a release hands it to the
 // queue's head; no token equals it.
 const reserved = "q"
 
@@ -46,7 +35,7 @@ const reserved = "q"
 type queued struct {
 	*fair.Waiter[*Lock]
 	wake   chan struct{} // the push waiter's: try again at once
-	keys   []string      // lock key, queue, entry deadlines
+	keys   []string      // the lock key
 	ttlMS  int64         // the entry's TTL
 	pushed bool          // a release on a majority reaches us
 	last   *fairReplies
@@ -77,32 +66,9 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 	return f.r, f.foreign
 }
 
-// queueKeys names the queue of lock key key and its entries' deadlines,
-// in key's Redis Cluster hash slot so that one script may touch all three
-// on a cluster master: a hash tag of the resource is kept, otherwise the
-// whole key becomes the tag. A key without a tag that has a '}' cannot be
-// made a tag: ok is false and that resource is waited for unfairly.
-// scripts/release.lua derives the same names.
-func queueKeys(key string) (q, e string, ok bool) {
-	r := strings.TrimPrefix(key, "lock:")
-	if o := strings.IndexByte(r, '{'); o >= 0 {
-		if n := strings.IndexByte(r[o+1:], '}'); n > 0 {
-			return "lockq:" + r, "lockt:" + r, true
-		}
-	}
-	if strings.IndexByte(r, '}') >= 0 {
-		return "", "", false
-	}
-	return "lockqu:{" + key + "}", "locktu:{" + key + "}", true
-}
-
 // enqueue makes the queued state of a Lock call on key for ttl, woken by
-// w, or nil when key cannot have a queue.
+// w. The queue's names are scripts/queue.lua's, derived on the masters.
 func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
-	q, e, ok := queueKeys(key)
-	if !ok {
-		return nil
-	}
 	now := time.Now().UnixMicro()
 	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
 	w.SetID(id)
@@ -110,7 +76,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued 
 	return &queued{
 		Waiter: fair.NewWaiter[*Lock](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
 		wake:   wake,
-		keys:   []string{key, q, e},
+		keys:   []string{key},
 		ttlMS:  c.cfg.fairTTL.Milliseconds(),
 	}
 }
@@ -126,9 +92,7 @@ func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 		return nil
 	}
 	lw.w = c.push.Join(key)
-	if lw.q = c.enqueue(key, lw.ttl, lw.w); lw.q == nil {
-		return nil
-	}
+	lw.q = c.enqueue(key, lw.ttl, lw.w)
 	if c.cfg.hooks.Waiting != nil {
 		lw.waiting = true // before it can be seen listed
 		c.cfg.hooks.Waiting(1)
@@ -253,8 +217,8 @@ func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
 	})
 }
 
-// leave removes the queue entries ids of keys (the lock key, its queue and
-// deadlines, scripts/fair_leave.lua) in the background, on every master
+// leave removes the queue entries ids of keys (the lock key,
+// scripts/fair_leave.lua) in the background, on every master
 // but those skip names, each bounded by the node timeout. An entry that a
 // master misses, or that a late call adds again, expires.
 func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(int) bool) {

@@ -2,8 +2,11 @@ package redlock
 
 import (
 	"context"
+	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/memredis"
 	"quorumlock.dev/redlock/internal/fair"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestQueueKeys: scripts/queue.lua names a lock's queue in the lock key's
+// hash slot, or gives it none; queueKeys, the tests' copy of the rule,
+// agrees with it.
 func TestQueueKeys(t *testing.T) {
 	tests := []struct {
 		key, q, e string
@@ -26,12 +32,32 @@ func TestQueueKeys(t *testing.T) {
 		{"lock:{}x", "", "", false}, // an empty tag is no tag, and the '}' ends any tag we make
 		{"lock:a}b", "", "", false},
 	}
+	s := memredis.New()
+	names := driver.NewScript(queueLua + "local q, e = queue_of(KEYS[1]) return {q or '', e or ''}")
 	for _, tt := range tests {
+		got, err := s.Conn().Eval(context.Background(), names, []string{tt.key})
+		require.NoError(t, err, tt.key)
+		assert.Equal(t, []any{tt.q, tt.e}, got, tt.key)
 		q, e, ok := queueKeys(tt.key)
 		assert.Equal(t, tt.ok, ok, tt.key)
 		assert.Equal(t, tt.q, q, tt.key)
 		assert.Equal(t, tt.e, e, tt.key)
 	}
+}
+
+// queueKeys is scripts/queue.lua's queue_of, for tests that look at a
+// queue on the masters.
+func queueKeys(key string) (q, e string, ok bool) {
+	r := strings.TrimPrefix(key, "lock:")
+	if o := strings.IndexByte(r, '{'); o >= 0 {
+		if n := strings.IndexByte(r[o+1:], '}'); n > 0 {
+			return "lockq:" + r, "lockt:" + r, true
+		}
+	}
+	if strings.IndexByte(r, '}') >= 0 {
+		return "", "", false
+	}
+	return "lockqu:{" + key + "}", "locktu:{" + key + "}", true
 }
 
 // fairClient is a fair client whose node timeout is as long as entryTTL

@@ -13,7 +13,7 @@ import (
 
 // Direct handoff ([WithFairness]): when the head of a resource's queue is a
 // waiter of the same Client, Unlock hands the lock to it in its own round:
-// release.lua, given the waiter's id and a new token, sets the key to that
+// scripts/handoff.lua, given the waiter's id and a new token, sets the key to that
 // token on every master where the waiter is the head, instead of leaving
 // the reservation for the waiter to take in a round of its own. The waiter
 // is given a Lock over the masters that took the new token, with a lease
@@ -26,7 +26,7 @@ import (
 // key when its handoff round began: it is released the usual way instead.
 var errNotHanded = errors.New("redlock: master not in the releaser's majority")
 
-// release.lua's replies in a handoff, besides 0 (not ours, not handed)
+// handoff.lua's replies, besides 0 (not ours, not handed)
 // and 1 (released, not handed).
 const (
 	handedOver = 2 // our key, handed to the waiter
@@ -81,8 +81,7 @@ func (l *Lock) passOn(ctx context.Context, q *fair.Waiter[*Lock], until time.Tim
 	// there.
 	stale := l.stale
 	if len(stale) >= staleBatch {
-		qk, ek, _ := queueKeys(q.Key)
-		c.leave(ctx, []string{q.Key, qk, ek}, strs(stale), nil)
+		c.leave(ctx, []string{q.Key}, strs(stale), nil)
 		stale = nil
 	}
 	next.stale = stale
@@ -120,7 +119,7 @@ func (l *Lock) abandonHanded(ctx context.Context, after func()) {
 }
 
 // handOff is Unlock when q, a waiter of this client, may take the lock:
-// one round of release.lua on the masters where l's acquiring call
+// one round of handoff.lua on the masters where l's acquiring call
 // returned (in its round or after it), which releases l and sets q's new
 // key where q is the head of the queue and the key held l's token or was
 // free for the head. The masters where l's call failed or is still running
@@ -134,7 +133,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	ttl := q.TTL
 	c.issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))
-	// release.lua's reply + 1 per master, from the handoff's call or the
+	// handoff.lua's (or release.lua's) reply + 1 per master, from the handoff's call or the
 	// plain release; 0: none yet, -1: failed.
 	replies := make([]atomic.Int64, len(c.masters))
 	answered := make(chan struct{}, len(c.masters)) // one per call that returned
@@ -153,7 +152,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 			return false, errNotHanded
 		}
 		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return evalInt(ctx, m, releaseScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
+			return evalInt(ctx, m, handoffScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
 		})
 		if err != nil {
 			replies[i].Store(-1)

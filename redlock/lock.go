@@ -368,8 +368,9 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 	return out
 }
 
-// releaseArgs are release.lua's arguments for l: its token, and after no
-// handoff the entries that passOn left behind, for the release to remove.
+// releaseArgs are the release script's arguments for l: its token, and for
+// handoff.lua, with no handoff, the entries that passOn left behind, for the
+// release to remove.
 func (l *Lock) releaseArgs() []any {
 	if len(l.stale) == 0 {
 		return l.args
@@ -380,7 +381,11 @@ func (l *Lock) releaseArgs() []any {
 // releaseOne runs the compare-and-delete with args on master i and records
 // it in r.
 func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
-	n, err := evalInt(ctx, l.c.masters[i], releaseScript, l.keys, args...)
+	script := releaseScript
+	if len(l.stale) > 0 {
+		script = handoffScript
+	}
+	n, err := evalInt(ctx, l.c.masters[i], script, l.keys, args...)
 	switch {
 	case err != nil:
 		r.e = err

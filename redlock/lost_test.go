@@ -24,7 +24,7 @@ func polling(masters []Master) []Master {
 	return out
 }
 
-// lostHandoffReply runs the first direct handoff (release.lua with a
+// lostHandoffReply runs the first direct handoff (handoff.lua with a
 // waiter's id) it is sent and then loses its reply, as a timeout after the
 // script ran would.
 type lostHandoffReply struct {
@@ -34,7 +34,7 @@ type lostHandoffReply struct {
 
 func (m *lostHandoffReply) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	v, err := m.full.Eval(ctx, s, keys, args...)
-	if s != releaseScript || len(args) < 4 || args[1] == "" || err != nil || !m.lost.CompareAndSwap(false, true) {
+	if s != handoffScript || len(args) < 4 || args[1] == "" || err != nil || !m.lost.CompareAndSwap(false, true) {
 		return v, err
 	}
 	return nil, errors.New("read tcp: i/o timeout (the reply to the handoff was lost)")

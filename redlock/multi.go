@@ -10,12 +10,6 @@ import (
 	"quorumlock.dev/driver"
 )
 
-var (
-	//go:embed scripts/acquire_all.lua
-	acquireAllLua    string
-	acquireAllScript = driver.NewScript(acquireAllLua)
-)
-
 // TryLockAll makes one attempt to lock all of resources for ttl, all or
 // nothing: won where a majority of masters set every key. With [WithFence] each
 // resource gets its own fence ([Lock.Fences]); the Lock releases and extends

@@ -23,12 +23,6 @@ import (
 // instead (fair.go, package fair). docs/design.md ("Waiting for a held
 // lock") says why it is built this way.
 
-var (
-	//go:embed scripts/holder.lua
-	holderLua    string
-	holderScript = driver.NewScript(holderLua)
-)
-
 // wakeJitter spreads the waiters that wake at one expiry, so that they do
 // not all send their SETs at the same instant.
 const wakeJitter = time.Millisecond
@@ -190,9 +184,8 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 		if lw.w == nil {
 			lw.w = c.push.Join(key)
 			if c.cfg.fairTTL > 0 {
-				if lw.q = c.enqueue(key, lw.ttl, lw.w); lw.q != nil {
-					return nil // the first queued attempt enqueues us, now
-				}
+				lw.q = c.enqueue(key, lw.ttl, lw.w)
+				return nil // the first queued attempt enqueues us, now
 			}
 		}
 		if lw.q != nil {

@@ -109,7 +109,8 @@ func shippedScripts(t *testing.T) [][]step {
 		require.NoError(t, err)
 		return string(b)
 	}
-	release, extend := read("redlock/scripts/release.lua"), read("redlock/scripts/extend.lua")
+	queue := read("redlock/scripts/queue.lua")
+	release, extend := queue+read("redlock/scripts/release.lua"), read("redlock/scripts/extend.lua")
 	all, holder := read("redlock/scripts/acquire_all.lua"), read("redlock/scripts/holder.lua")
 	guard, seed := read("fence/scripts/guardset.lua"), read("fence/scripts/seed.lua")
 	return [][]step{{
@@ -117,9 +118,9 @@ func shippedScripts(t *testing.T) [][]step {
 		{name: "shipped: holder", src: "local r = (function() " + holder + " end)() return {r[1], r[2] > 0}", keys: []string{"lock:r1"}},
 		{name: "shipped: extend ours", src: extend, keys: []string{"lock:r1"}, args: []any{"tok", int64(90000)}},
 		{name: "shipped: extend not ours", src: extend, keys: []string{"lock:r1"}, args: []any{"other", int64(90000)}},
-		{name: "shipped: release not ours", src: release, keys: []string{"lock:r1"}, args: []any{"other", "", "", 0}},
-		{name: "shipped: release ours", src: release, keys: []string{"lock:r1"}, args: []any{"tok", "", "", 0}},
-		{name: "shipped: release gone", src: release, keys: []string{"lock:r1"}, args: []any{"tok", "", "", 0}},
+		{name: "shipped: release not ours", src: release, keys: []string{"lock:r1"}, args: []any{"other"}},
+		{name: "shipped: release ours", src: release, keys: []string{"lock:r1"}, args: []any{"tok"}},
+		{name: "shipped: release gone", src: release, keys: []string{"lock:r1"}, args: []any{"tok"}},
 		{name: "shipped: acquire all", src: all, keys: []string{"lock:{o}a", "lock:{o}b"}, args: []any{"tok", int64(60000)}},
 		{name: "shipped: acquire all again", src: all, keys: []string{"lock:{o}a", "lock:{o}b"}, args: []any{"tok2", int64(60000)}},
 		{name: "shipped: guard set", src: guard, keys: []string{"stock"}, args: []any{"99", uint64(5), int64(0), int64(1)}},
