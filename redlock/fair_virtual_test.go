@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,6 +58,50 @@ func TestFairOrderVirtual(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			released = time.Now()
 			require.NoError(t, w.l.Unlock(ctx))
+		}
+	})
+}
+
+// TestFairNoQueueVirtual: a resource whose key can have no queue (a '}'
+// outside a hash tag) is waited for without one by fair clients: waiters of
+// two clients get the lock at the holder's release, pushed, in one virtual
+// instant, and no queue key is ever made.
+func TestFairNoQueueVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		ctx := context.Background()
+		a := virtualClient(t, masters, WithFairness(3*time.Second))
+		b := virtualClient(t, masters, WithFairness(3*time.Second))
+		const res = "odd}name"
+		holder, err := a.TryLock(ctx, res, time.Minute)
+		require.NoError(t, err)
+		got := make(chan time.Time, 2)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for _, c := range []*Client{a, b} {
+			wg.Go(func() {
+				l, err := c.Lock(ctx, res, time.Minute)
+				if assert.NoError(t, err) {
+					got <- time.Now()
+					time.Sleep(10 * time.Millisecond)
+					assert.NoError(t, l.Unlock(ctx))
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Empty(t, got, "a waiter won while the lock was held")
+		released := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		first := <-got
+		assert.Equal(t, released, first, "not woken by the release")
+		second := <-got
+		assert.Less(t, second.Sub(first), time.Second, "the second waiter waited past the first's release")
+		for _, s := range servers {
+			for _, k := range s.Keys() {
+				assert.NotContains(t, k, "lockq", "a queue key on %s", s.Addr())
+				assert.NotContains(t, k, "lockt", "a queue key on %s", s.Addr())
+			}
 		}
 	})
 }

@@ -156,6 +156,19 @@ func (s *Server) Get(key string) (v string, ok bool) {
 	return e.s, true
 }
 
+// Keys returns the names of the keys that exist, in no order.
+func (s *Server) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.keys {
+		if s.lookup(k) != nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // Exists reports whether key exists, of any type.
 func (s *Server) Exists(key string) bool {
 	s.mu.Lock()
