@@ -11,13 +11,13 @@ import (
 )
 
 // Check reads the settings of each master and of the fence counter's node
-// (when the minter names one, [NodeMinter]) under which a lock can be
+// (when the minter names one, fence.RedisCounter) under which a lock can be
 // granted twice or a fence repeated, all nodes at once, each call bounded
 // by the node timeout; see [check.Nodes]. The error is only ctx's. See
 // docs/operations.md, "Checking masters".
 func (c *Client) Check(ctx context.Context) (check.Report, error) {
 	var fence driver.Conn
-	if on, ok := c.cfg.minter.(NodeMinter); ok {
+	if on, ok := c.cfg.minter.(nodeMinter); ok {
 		fence = on.Node()
 	}
 	return check.Nodes(ctx, c.cfg.nodeTimeout, c.masters, fence)

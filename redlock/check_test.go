@@ -13,6 +13,7 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/redlock/check"
 
 	"quorumlock.dev/driver/goredis"
 )
@@ -49,7 +50,7 @@ func TestCheckMasters(t *testing.T) {
 	assert.Equal(t, s1.Addr(), rep.Masters[1].Addr)
 	assert.Nil(t, rep.Fence, "no fence counter")
 	err = rep.Err()
-	require.ErrorIs(t, err, ErrUnsafeConfig, "redlock's sentinel is the report's")
+	require.ErrorIs(t, err, check.ErrUnsafe, "redlock's sentinel is the report's")
 	assert.Contains(t, err.Error(), "master 1")
 	assert.NotContains(t, err.Error(), "master 0")
 }
@@ -69,7 +70,7 @@ func TestCheckFenceCounter(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rep.Fence)
 	assert.Equal(t, "fence counter", rep.Fence.Node)
-	require.ErrorIs(t, rep.Err(), ErrUnsafeConfig, "appendfsync everysec repeats fences")
+	require.ErrorIs(t, rep.Err(), check.ErrUnsafe, "appendfsync everysec repeats fences")
 	assert.Contains(t, rep.Err().Error(), "fence counter")
 }
 
@@ -95,19 +96,19 @@ func TestStrictCheck(t *testing.T) {
 
 	strict := newTestClient(t, conns(good, bad), WithNodeTimeout(checkTimeout), WithStrictCheck())
 	err := strict.admit(ctx)
-	require.ErrorIs(t, err, ErrUnsafeConfig)
+	require.ErrorIs(t, err, check.ErrUnsafe)
 	assert.Contains(t, err.Error(), "volatile-lru")
 	assert.True(t, strict.cfg.gate.done, "every node answered: the outcome is kept")
-	require.ErrorIs(t, strict.admit(ctx), ErrUnsafeConfig, "and given again")
+	require.ErrorIs(t, strict.admit(ctx), check.ErrUnsafe, "and given again")
 
 	fine := newTestClient(t, conns(good), WithNodeTimeout(checkTimeout), WithStrictCheck())
 	assert.NoError(t, fine.admit(ctx))
 
 	// Every acquisition passes the gate.
 	_, err = strict.TryLock(ctx, resourceName(t), 10*time.Second)
-	require.ErrorIs(t, err, ErrUnsafeConfig)
+	require.ErrorIs(t, err, check.ErrUnsafe)
 	_, err = strict.TryLockAll(ctx, []string{resourceName(t), resourceName(t)}, 10*time.Second)
-	require.ErrorIs(t, err, ErrUnsafeConfig)
+	require.ErrorIs(t, err, check.ErrUnsafe)
 	l, err := fine.TryLock(ctx, resourceName(t), 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctx))
@@ -116,7 +117,7 @@ func TestStrictCheck(t *testing.T) {
 	opt := WithStrictCheck()
 	a := newTestClient(t, conns(bad), WithNodeTimeout(checkTimeout), opt)
 	b := newTestClient(t, conns(good), WithNodeTimeout(checkTimeout), opt)
-	require.ErrorIs(t, a.admit(ctx), ErrUnsafeConfig)
+	require.ErrorIs(t, a.admit(ctx), check.ErrUnsafe)
 	assert.NoError(t, b.admit(ctx))
 }
 

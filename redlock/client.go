@@ -21,8 +21,8 @@ import (
 	"quorumlock.dev/redlock/internal/push"
 )
 
-// MaxResourceLen is the longest resource name accepted, in bytes.
-const MaxResourceLen = 512
+// maxResourceLen is the longest resource name accepted, in bytes.
+const maxResourceLen = 512
 
 // Client takes locks on a fixed set of masters; it is safe for concurrent use.
 // Its goroutines: with [WithRestartGuard] or [WithClockMonitor], from New, one
@@ -123,7 +123,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 // checkFenceNode refuses a fence counter that lives on one of the masters:
 // the counter must survive what the masters may lose.
 func (c *Client) checkFenceNode() error {
-	on, ok := c.cfg.minter.(NodeMinter)
+	on, ok := c.cfg.minter.(nodeMinter)
 	if !ok {
 		return nil
 	}
@@ -171,11 +171,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Masters is the number of masters the client locks on.
-func (c *Client) Masters() int { return len(c.masters) }
-
-// Quorum is the number of masters that make a majority: Masters()/2 + 1.
-func (c *Client) Quorum() int { return c.quorum }
 
 // TryLock makes one attempt to lock resource for ttl and returns once a
 // majority of masters agreed or became impossible, each call bounded by the
@@ -221,8 +216,8 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 	switch {
 	case resource == "":
 		return invalid("empty resource")
-	case len(resource) > MaxResourceLen:
-		return invalid("resource of %d bytes is longer than %d", len(resource), MaxResourceLen)
+	case len(resource) > maxResourceLen:
+		return invalid("resource of %d bytes is longer than %d", len(resource), maxResourceLen)
 	case !utf8.ValidString(resource):
 		return invalid("resource %q is not valid UTF-8", resource)
 	case strings.IndexFunc(resource, isControl) >= 0:

@@ -38,7 +38,7 @@ func TestQuorumMatrix(t *testing.T) {
 					synctest.Test(t, func(t *testing.T) {
 						servers, masters := memMasters(n)
 						c := virtualClient(t, masters, WithNodeTimeout(100*time.Millisecond))
-						require.Equal(t, need, c.Quorum())
+						require.Equal(t, need, c.quorum)
 						const res = "job"
 						for _, s := range servers[:held] {
 							s.Set("lock:"+res, "someone-else", time.Minute)
@@ -209,7 +209,7 @@ func TestNewUncomparableMaster(t *testing.T) {
 	b := uncomparable{raw(masters[1]), nil}
 	c, err := New(conns(a, b))
 	require.NoError(t, err)
-	assert.Equal(t, 2, c.Masters())
+	assert.Equal(t, 2, len(c.masters))
 }
 
 func TestLockRejectsBadInput(t *testing.T) {
@@ -230,7 +230,7 @@ func TestLockRejectsBadInput(t *testing.T) {
 		{"NUL", "a:\x001", time.Second},
 		{"DEL character", "a:\x7f", time.Second},
 		{"invalid UTF-8", "a:\xff", time.Second},
-		{"too long", strings.Repeat("x", MaxResourceLen+1), time.Second},
+		{"too long", strings.Repeat("x", maxResourceLen+1), time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,8 +243,8 @@ func TestLockRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	l, err := c.TryLock(context.Background(), strings.Repeat("x", MaxResourceLen), time.Second)
-	require.NoError(t, err, "a resource of exactly MaxResourceLen bytes is valid")
+	l, err := c.TryLock(context.Background(), strings.Repeat("x", maxResourceLen), time.Second)
+	require.NoError(t, err, "a resource of exactly maxResourceLen bytes is valid")
 	assert.ErrorIs(t, l.Extend(context.Background(), 0), ErrInvalidArgument)
 	require.NoError(t, l.Unlock(context.Background()))
 }

@@ -81,7 +81,7 @@
 //
 // The lock key is lock:<resource> and the fence key fence:<resource>, with
 // resources named <domain>:<id> (lock:alloc:WH-01, fence:alloc:WH-01). A
-// resource is 1 to [MaxResourceLen] bytes of UTF-8 without control
+// resource is 1 to 512 bytes of UTF-8 without control
 // characters. Braces are Redis Cluster hash tags: use them only on purpose.
 // A key of another type under lock:<resource> is reported as a per-master
 // error, not as a lock held by someone else.

@@ -3,8 +3,6 @@ package redlock
 import (
 	"errors"
 	"fmt"
-
-	"quorumlock.dev/redlock/check"
 )
 
 // The errors a Client and a Lock return. Test for them with errors.Is: a
@@ -37,10 +35,6 @@ var (
 	// the renewer of [Lock.Renew] ended it, or Unlock found it gone from the
 	// masters. Another client may have held the lock since.
 	ErrLockLost = errors.New("redlock: lock lost")
-	// ErrUnsafeConfig: [Client.Check] found a problem (a replica, an evicting
-	// maxmemory-policy); with [WithStrictCheck] acquisitions fail with it.
-	// It is [check.ErrUnsafe], which [check.Report.Err] wraps.
-	ErrUnsafeConfig = check.ErrUnsafe
 )
 
 // The reasons the renewer of [Lock.Renew] gives when it ends a lock; the

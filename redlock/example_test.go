@@ -77,7 +77,7 @@ func ExampleClient_Lock() {
 	case <-lock.Done():
 		fmt.Println("lease lost: stop the work")
 	default:
-		fmt.Println("holding", lock.Resource(), "on a majority of", client.Masters(), "masters")
+		fmt.Println("holding", lock.Resource(), "on a majority of", len(ms), "masters")
 	}
 	// Output: holding report:nightly on a majority of 5 masters
 }

@@ -89,15 +89,15 @@ type Minter interface {
 	Mint(ctx context.Context, resource string) (uint64, error)
 }
 
-// NodeMinter is a [Minter] that names the Redis node its counter lives on;
-// [New] refuses one whose node is one of the masters. fence.RedisCounter
-// satisfies it.
-type NodeMinter interface {
+// nodeMinter is a [Minter] that names the Redis node its counter lives on
+// (fence.RedisCounter does): [New] refuses one whose node is a master, and
+// [Client.Check] checks that node too.
+type nodeMinter interface {
 	Minter
 	Node() driver.Conn
 }
 
-var _ NodeMinter = (*fence.RedisCounter)(nil)
+var _ nodeMinter = (*fence.RedisCounter)(nil)
 
 // WithFence makes every lock carry a fencing token minted by m after the
 // quorum is won (see [Lock.Fence]). m must keep its counter on a node that is
@@ -117,7 +117,7 @@ func WithFairness(entryTTL time.Duration) Option {
 
 // WithStrictCheck makes the client refuse to lock while [Client.Check] finds
 // a [check.Problem] on a master or the fence counter: acquisitions then fail
-// with an error wrapping [ErrUnsafeConfig]. The first acquisition runs the
+// with an error wrapping [check.ErrUnsafe]. The first acquisition runs the
 // check and waits for it; its outcome is kept once every node has answered,
 // and unknown settings do not refuse. See docs/operations.md, "Checking masters".
 func WithStrictCheck() Option {

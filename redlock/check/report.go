@@ -8,7 +8,6 @@ import (
 )
 
 // ErrUnsafe is what [Report.Err] wraps when some finding is a [Problem].
-// redlock.ErrUnsafeConfig is this error, so errors.Is matches either name.
 var ErrUnsafe = errors.New("redlock: unsafe configuration")
 
 // Status is the verdict on one setting, from best to worst except for

@@ -233,7 +233,7 @@ func attemptOutcome(err error) int {
 	switch {
 	case err == nil:
 		return attemptAcquired
-	case errors.Is(err, redlock.ErrUnsafeConfig):
+	case errors.Is(err, check.ErrUnsafe):
 		return attemptUnsafeConfig
 	case errors.Is(err, redlock.ErrFenceUnavailable):
 		return attemptFenceUnavailable

@@ -190,7 +190,7 @@ func TestSeriesMove(t *testing.T) {
 		redlock.WithStrictCheck(), redlock.WithNodeTimeout(time.Second))
 	require.NoError(t, err)
 	_, err = unsafe.TryLock(ctx, "metrics:unsafe", ttl)
-	require.ErrorIs(t, err, redlock.ErrUnsafeConfig)
+	require.ErrorIs(t, err, check.ErrUnsafe)
 	report, err := unsafe.Check(ctx)
 	require.NoError(t, err)
 	m.RecordCheck(report)
@@ -371,7 +371,7 @@ func TestOutcomes(t *testing.T) {
 		{redlock.ErrNotAcquired, "not_acquired"},
 		{fmt.Errorf("x: %w", redlock.ErrQuorumUnavailable), "quorum_unavailable"},
 		{fmt.Errorf("%w: %w", redlock.ErrFenceUnavailable, fence.ErrCounterRegressed), "fence_unavailable"},
-		{fmt.Errorf("%w: replica", redlock.ErrUnsafeConfig), "unsafe_config"},
+		{fmt.Errorf("%w: replica", check.ErrUnsafe), "unsafe_config"},
 		{fmt.Errorf("redlock: not attempted: %w", context.Canceled), "cancelled"},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), "cancelled"},
 		{errors.Join(redlock.ErrNotAcquired, context.DeadlineExceeded), "not_acquired"},
