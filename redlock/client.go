@@ -171,7 +171,6 @@ func (c *Client) Close() error {
 	return nil
 }
 
-
 // TryLock makes one attempt to lock resource for ttl and returns once a
 // majority of masters agreed or became impossible, each call bounded by the
 // node timeout. A lost attempt is released on every master, even after ctx
