@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -13,26 +12,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 	"quorumlock.dev/redlock/check"
 
 	"quorumlock.dev/driver/goredis"
 )
-
-// roundOf makes a finished round whose nodes gave answers.
-func roundOf(answers ...quorum.Answer) *quorum.Round {
-	return quorum.Group{Nodes: len(answers), Timeout: time.Second}.Do(context.Background(), func(_ context.Context, i int) (bool, error) {
-		switch answers[i] {
-		case quorum.Agreed:
-			return true, nil
-		case quorum.Refused:
-			return false, nil
-		}
-		return false, errors.New("down")
-	})
-}
 
 // waitMasters starts n redis-servers and returns a client of each and one
 // more client of each for the test's own commands.
