@@ -18,6 +18,7 @@ import (
 	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/redlock/internal/watch"
 )
 
 // MaxResourceLen is the longest resource name accepted, in bytes.
@@ -48,12 +49,12 @@ type Client struct {
 	health    []health
 	epoch     time.Time // origin of nanos
 	clock     clock
+	watcher   *watch.Watcher // the restart guard and the clock monitor; nil when neither is on
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
 	push      pusher        // subscriptions for waiters, made at the first wait
 	cluster   bool          // some master spreads keys by hash slot: LockAll needs one hash tag
-	guard     *restartGuard // nil without WithRestartGuard
 	local     locals        // fair waiters that a release may hand the lock to
 	handed    atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
 	passed    atomic.Uint64 // ... and without a round (see passOn)
@@ -122,8 +123,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	if cfg.guardInterval > 0 {
-		c.guard = newRestartGuard(cfg.guardInterval, len(masters))
-		c.startGuard()
+		c.watcher = c.startWatcher()
 	}
 	return c, nil
 }
@@ -448,7 +448,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	}
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
-	c.issued(ttl) // before the round: this TTL is one a restarted master may have lost
+	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
 	// acquire_all.lua's ARGV, one list for every master.
 	var args []any
 	if len(l.keys) > 1 {

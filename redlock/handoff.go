@@ -425,7 +425,7 @@ func (l *Lock) handOff(ctx context.Context, q *queued) error {
 	old := l.round
 	next := newLock(c, l.resource, newToken())
 	ttl := q.lockTTL
-	c.issued(ttl)
+	c.watcher.Issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))
 	// release.lua's reply + 1 per master, from the handoff's call or the
 	// plain release; 0: none yet, -1: failed.

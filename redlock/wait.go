@@ -140,7 +140,7 @@ func (c *Client) startSubscribers() {
 // docs/design.md, "Waiting for a held lock"). Idempotent; it releases no lock.
 func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
-	c.stopGuard(by)
+	c.watcher.Close(by)
 	p := &c.push
 	p.mu.Lock()
 	if p.closed {

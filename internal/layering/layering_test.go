@@ -32,9 +32,10 @@ var allowed = map[string][]string{
 	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/nilcheck"},
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
-	"redlock/check":       {"driver", "internal/bounded"},
-	"redlock":             {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check"},
-	"redlock/redlockprom": {"redlock", "redlock/check"},
+	"redlock/check":          {"driver", "internal/bounded"},
+	"redlock/internal/watch": {"driver", "internal/clockdrift"},
+	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/watch"},
+	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
 	"internal/childproc":               nil,
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
-	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "fence/internal/rejection"}
+	"redlock/internal/watch", "internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()
