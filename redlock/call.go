@@ -26,12 +26,12 @@ func call[T any](c *Client, ctx context.Context, i int, f func(context.Context, 
 }
 
 // vote is master i's vote in an acquisition whose call returned agreed and
-// err. A key set on a quarantined master (see quarantined) stays set, so
+// err. A key set on a quarantined master (see watch.Watcher) stays set, so
 // that the master knows the holder and the release reaches it, but its
 // vote is not counted: errQuarantined.
 func (c *Client) vote(i int, agreed bool, err error) (bool, error) {
 	switch {
-	case agreed && c.quarantined(i):
+	case agreed && c.watcher.Quarantined(i):
 		return false, errQuarantined
 	case err != nil:
 		return false, err
@@ -69,8 +69,8 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 		// in the background, and says so only in its log.
 		c.diagnose(i, now)
 	}
-	if h.exit(now, probe, ok) && c.guard != nil {
-		c.suspect(i)
+	if h.exit(now, probe, ok) {
+		c.watcher.Suspect(i)
 	}
 }
 

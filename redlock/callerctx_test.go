@@ -38,7 +38,7 @@ func TestCallerCancelNotCountedByGuard(t *testing.T) {
 		l2, err := c.TryLock(ctx, resourceName(t), 500*time.Millisecond)
 		require.NoError(t, err, "round %d: the second TryLock after an Extend with an ended context", k)
 		for i := range masters {
-			assert.False(t, c.quarantined(i), "round %d: master %d out after the caller's cancellation", k, i)
+			assert.False(t, c.watcher.Quarantined(i), "round %d: master %d out after the caller's cancellation", k, i)
 		}
 		require.NoError(t, l2.Unlock(ctx))
 	}

@@ -19,6 +19,7 @@ import (
 	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
+	"quorumlock.dev/redlock/internal/watch"
 )
 
 // maxResourceLen is the longest resource name accepted, in bytes.
@@ -39,12 +40,12 @@ type Client struct {
 	health    []health
 	epoch     time.Time // origin of nanos
 	clock     clock
+	watcher   *watch.Watcher // the restart guard and the clock monitor; nil when neither is on
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
 	push      *push.Hub        // subscriptions for waiters, made at the first wait
 	cluster   bool             // some master spreads keys by hash slot: LockAll needs one hash tag
-	guard     *restartGuard    // nil without WithRestartGuard
 	line      fair.Line[*Lock] // fair waiters that a release may hand the lock to
 	handed    atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
 	passed    atomic.Uint64    // ... and without a round (see passOn)
@@ -114,8 +115,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	if cfg.guardInterval > 0 {
-		c.guard = newRestartGuard(cfg.guardInterval, len(masters))
-		c.startGuard()
+		c.watcher = c.startWatcher()
 	}
 	return c, nil
 }
@@ -166,7 +166,7 @@ func same(a, b any) (eq bool) {
 // docs/design.md, "Waiting for a held lock"). Idempotent; it releases no lock.
 func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
-	c.stopGuard(by)
+	c.watcher.Close(by)
 	c.push.Close(by)
 	return nil
 }
@@ -274,7 +274,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	}
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
-	c.issued(ttl) // before the round: this TTL is one a restarted master may have lost
+	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
 	// acquire_all.lua's ARGV, one list for every master.
 	var args []any
 	if len(l.keys) > 1 {

@@ -99,12 +99,8 @@ func clockMasters(t *testing.T, n int, clk *clockshim.Clock) ([]*redisserver.Ser
 func clockSampled(t *testing.T, c *Client, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for i := range c.guard.masters {
-			m := &c.guard.masters[i]
-			m.mu.Lock()
-			got := m.clock.samples
-			m.mu.Unlock()
-			if got < n {
+		for i := range c.masters {
+			if c.watcher.Progress(i).Clock < n {
 				return false
 			}
 		}
@@ -210,8 +206,8 @@ func TestClockMonitorMeasuresFastClock(t *testing.T) {
 		r, ok := obs.lastRate(fast)
 		return ok && math.Abs(r-1.5) < 0.01 && strings.Contains(logs.String(), "beyond the drift allowance")
 	}, 20*time.Second, 10*time.Millisecond, "no estimate near 1.5: %v", obs.rates(fast))
-	assert.True(t, c.quarantined(0), "a fast master is out")
-	assert.False(t, c.quarantined(1))
+	assert.True(t, c.watcher.Quarantined(0), "a fast master is out")
+	assert.False(t, c.watcher.Quarantined(1))
 	assert.Empty(t, obs.jumps(fast), "a change of rate is not a jump")
 	assert.Equal(t, 1, strings.Count(logs.String(), "beyond the drift allowance"), "one warning per episode: %s", logs.String())
 	for line := range strings.Lines(logs.String()) {
@@ -229,7 +225,7 @@ func TestClockMonitorMeasuresFastClock(t *testing.T) {
 	clk.SetRate(1)
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "within the drift allowance again") },
 		20*time.Second, 10*time.Millisecond, "%v", obs.rates(fast))
-	require.Eventually(t, func() bool { return !c.quarantined(0) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return !c.watcher.Quarantined(0) }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { _, restored := obs.counts(); return restored == 1 }, 20*interval, 5*time.Millisecond)
 	assert.Equal(t, 1, strings.Count(logs.String(), "beyond the drift allowance"), logs.String())
 }
@@ -253,13 +249,13 @@ func TestClockMonitorStepBackNotQuarantined(t *testing.T) {
 	addr := servers[0].Addr()
 	clk.Jump(-time.Second)
 	require.Eventually(t, func() bool {
-		assert.False(t, c.quarantined(0), "a master whose clock went back is out")
+		assert.False(t, c.watcher.Quarantined(0), "a master whose clock went back is out")
 		return len(obs.jumps(addr)) > 0
 	}, 20*interval, 5*time.Millisecond, "the jump was not reported")
 	assert.InDelta(t, float64(-time.Second), float64(obs.jumps(addr)[0]), float64(50*time.Millisecond))
 	assert.Contains(t, logs.String(), "quarantined=false")
 	clockSampled(t, c, 8)
-	assert.False(t, c.quarantined(0))
+	assert.False(t, c.watcher.Quarantined(0))
 	n, _ := obs.counts()
 	assert.Zero(t, n)
 }
@@ -338,20 +334,19 @@ func TestClockMonitorWithoutTime(t *testing.T) {
 func TestClockMonitorWithRestartGuard(t *testing.T) {
 	_, masters := agedServers(t, 3, 0, redisserver.Options{})
 	c := newTestClient(t, masters, WithNodeTimeout(defaultNodeTimeout), WithRestartGuard(time.Second), WithClockMonitor(50*time.Millisecond, true))
-	assert.Equal(t, 50*time.Millisecond, c.guard.interval, "the shorter interval")
+	assert.Equal(t, 50*time.Millisecond, c.cfg.guardInterval, "the shorter interval")
 	sampled(t, c)
 	clockSampled(t, c, 2)
 	require.Positive(t, guardGoroutines(c))
-	m := &c.guard.masters[1]
-	m.mu.Lock()
-	m.clock.out = clockOpen // as if its clock had stepped forward
-	m.publish()
-	m.mu.Unlock()
-	require.True(t, c.quarantined(1))
+	// Master 1 out: suspected, and its samples bound its start within the
+	// hour issued. watch.TestCloseVirtual ends a clock episode this way.
+	c.watcher.Issued(time.Hour)
+	c.watcher.Suspect(1)
+	require.True(t, c.watcher.Quarantined(1))
 	require.NoError(t, c.Close())
-	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
+	assert.Zero(t, running(c.watcher, "watch.(*Watcher).run("), "the watcher outlived Close")
 	assert.Eventually(t, func() bool { return guardGoroutines(c) == 0 }, 5*time.Second, time.Millisecond, "a sample outlived Close by seconds")
-	assert.False(t, c.quarantined(1), "after Close every master counts")
+	assert.False(t, c.watcher.Quarantined(1), "after Close every master counts")
 }
 
 func TestWithClockMonitorValidates(t *testing.T) {
@@ -362,7 +357,7 @@ func TestWithClockMonitorValidates(t *testing.T) {
 	}
 	c, err := New(masters)
 	require.NoError(t, err)
-	assert.Nil(t, c.guard, "off by default")
+	assert.Nil(t, c.watcher, "off by default")
 }
 
 // The monitor costs the acquire path no allocation: cached state only.

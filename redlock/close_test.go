@@ -79,7 +79,7 @@ func TestCloseBoundedOnHungMaster(t *testing.T) {
 	c, err := New(all, WithNodeTimeout(nodeTimeout),
 		WithRestartGuard(nodeTimeout), WithClockMonitor(nodeTimeout, true))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return c.guard.masters[2].sampling.Load() }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return c.watcher.Progress(2).Sampling }, 5*time.Second, time.Millisecond,
 		"no sample of the hung master in flight")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -105,7 +105,7 @@ func TestCloseBoundedOnHungMaster(t *testing.T) {
 		t.Fatal("Close still waits for the hung master's INFO after 10 s")
 	}
 	for i := range 2 {
-		assert.False(t, c.quarantined(i), "master %d out after Close", i)
+		assert.False(t, c.watcher.Quarantined(i), "master %d out after Close", i)
 	}
 	wcancel()
 	assert.ErrorIs(t, (<-waiting).err, context.Canceled)
@@ -122,9 +122,9 @@ func TestClientGoroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clockSampled(t, c, 1) // the first samples have begun, and ended on every master
-	require.Eventually(t, func() bool { return running(c, "redlock.(*Client).sample") == 0 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return running(c.watcher, "watch.(*Watcher).sample") == 0 }, 5*time.Second, time.Millisecond,
 		"the first samples did not end")
-	assert.Equal(t, 1, running(c, "redlock.(*Client).watch("), "watchers")
+	assert.Equal(t, 1, running(c.watcher, "watch.(*Watcher).run("), "watchers")
 	assert.Zero(t, running(c.push, "push.(*subscriber)."), "subscriptions before any wait")
 
 	res := resourceName(t)
@@ -136,7 +136,7 @@ func TestClientGoroutines(t *testing.T) {
 	assert.Equal(t, 2*len(masters), running(c.push, "push.(*subscriber)."), "subscription goroutines")
 
 	require.NoError(t, c.Close())
-	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
+	assert.Zero(t, running(c.watcher, "watch.(*Watcher).run("), "the watcher outlived Close")
 	// Close waits for them a node timeout at most; on a loaded machine one
 	// may end a moment later, on its own.
 	assert.Eventually(t, func() bool { return running(c.push, "push.(*subscriber).") == 0 }, 5*time.Second, time.Millisecond,
@@ -150,10 +150,10 @@ func TestClientGoroutines(t *testing.T) {
 	require.NoError(t, w.l.Unlock(ctx))
 }
 
-// running counts the goroutines that run one of fns on of, a *Client or a
-// *Lock: its address is among the arguments in the goroutine's stack. All
-// of the process's goroutines but of's are left out, whatever other tests
-// left running.
+// running counts the goroutines that run one of fns on of, a *Client, a
+// *Lock or a *watch.Watcher: its address is among the arguments in the
+// goroutine's stack. All of the process's goroutines but of's are left
+// out, whatever other tests left running.
 func running(of any, fns ...string) int {
 	ptr := fmt.Sprintf("%p", of)
 	buf := make([]byte, 1<<22)

@@ -131,7 +131,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	old := l.round
 	next := newLock(c, l.resource, newToken())
 	ttl := q.TTL
-	c.issued(ttl)
+	c.watcher.Issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))
 	// handoff.lua's (or release.lua's) reply + 1 per master, from the handoff's call or the
 	// plain release; 0: none yet, -1: failed.

@@ -439,7 +439,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		return err
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	c.issued(ttl)
+	c.watcher.Issued(ttl)
 	ms := ttl.Milliseconds()
 	ended := ctx.Err()
 	start, boot := c.clock.now()

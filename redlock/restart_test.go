@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -67,8 +68,8 @@ func agedServers(t *testing.T, n int, age time.Duration, opt redisserver.Options
 		require.Eventually(t, func() bool {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			_, up, ok := parseServerInfo(rc.Info(ctx, "server").Val())
-			return ok && up >= age
+			up, err := strconv.Atoi(rc.InfoMap(ctx, "server").Item("Server", "uptime_in_seconds"))
+			return err == nil && time.Duration(up)*time.Second >= age
 		}, age+10*time.Second, 50*time.Millisecond)
 	}
 	return servers, masters
@@ -78,12 +79,8 @@ func agedServers(t *testing.T, n int, age time.Duration, opt redisserver.Options
 func sampled(t *testing.T, c *Client) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for i := range c.guard.masters {
-			m := &c.guard.masters[i]
-			m.mu.Lock()
-			id := m.runID
-			m.mu.Unlock()
-			if id == "" {
+		for i := range c.masters {
+			if c.watcher.Progress(i).RunID == "" {
 				return false
 			}
 		}
@@ -232,7 +229,7 @@ func TestRestartGuardCloseStopsWatcher(t *testing.T) {
 	sampled(t, c)
 	require.Positive(t, guardGoroutines(c), "the watcher is not running")
 	require.NoError(t, c.Close())
-	assert.Zero(t, running(c, "redlock.(*Client).watch("), "the watcher outlived Close")
+	assert.Zero(t, running(c.watcher, "watch.(*Watcher).run("), "the watcher outlived Close")
 	// A sample in flight may outlive Close by the rest of its call (Close
 	// waits at most a node timeout for it); it ends on its own.
 	assert.Eventually(t, func() bool { return guardGoroutines(c) == 0 }, 5*time.Second, time.Millisecond,
@@ -240,9 +237,9 @@ func TestRestartGuardCloseStopsWatcher(t *testing.T) {
 	require.NoError(t, c.Close(), "Close is idempotent")
 }
 
-// guardGoroutines counts the goroutines running c's guard's code.
+// guardGoroutines counts the goroutines running c's watcher's code.
 func guardGoroutines(c *Client) int {
-	return running(c, "redlock.(*Client).watch", "redlock.(*Client).sample")
+	return running(c.watcher, "watch.(*Watcher).run", "watch.(*Watcher).sample")
 }
 
 // The guard costs the acquire path no allocation: cached state only.
@@ -296,27 +293,5 @@ func TestWithRestartGuardValidates(t *testing.T) {
 	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
 		_, err := New(masters, WithRestartGuard(d))
 		assert.ErrorIs(t, err, ErrInvalidArgument, "%v", d)
-	}
-}
-
-func TestParseServerInfo(t *testing.T) {
-	for _, tc := range []struct {
-		in     string
-		id     string
-		uptime time.Duration
-		ok     bool
-	}{
-		{"# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:42\r\n", "abc", 42 * time.Second, true},
-		{"run_id:abc\r\n", "", 0, false},
-		{"uptime_in_seconds:3\r\n", "", 3 * time.Second, false},
-		{"run_id:abc\r\nuptime_in_seconds:-1\r\n", "", 0, false},
-		{"", "", 0, false},
-	} {
-		id, up, ok := parseServerInfo(tc.in)
-		assert.Equal(t, tc.ok, ok, tc.in)
-		if tc.ok {
-			assert.Equal(t, tc.id, id)
-			assert.Equal(t, tc.uptime, up)
-		}
 	}
 }

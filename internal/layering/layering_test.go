@@ -32,11 +32,12 @@ var allowed = map[string][]string{
 	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/nilcheck"},
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
-	"redlock/check":         {"driver", "internal/bounded"},
-	"redlock/internal/push": {"driver", "internal/quorum"},
-	"redlock/internal/fair": nil,
-	"redlock":               {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair"},
-	"redlock/redlockprom":   {"redlock", "redlock/check"},
+	"redlock/check":          {"driver", "internal/bounded"},
+	"redlock/internal/push":  {"driver", "internal/quorum"},
+	"redlock/internal/fair":  nil,
+	"redlock/internal/watch": {"driver", "internal/clockdrift"},
+	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch"},
+	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
 	"internal/childproc":               nil,
@@ -52,7 +53,8 @@ var allowed = map[string][]string{
 
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
-var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/redlockprom",
+var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
+	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
 	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {

@@ -1,4 +1,4 @@
-package redlock
+package watch
 
 import (
 	"context"
@@ -28,52 +28,46 @@ type clockState struct {
 	rate     float64 // the last estimate, as clockdrift.Rate
 	samples  int     // taken so far
 	// out is when the latest episode that quarantines the master ended, ns
-	// on the client's clock; clockOpen while one is under way, noRestart
+	// on the watcher's clock; clockOpen while one is under way, noRestart
 	// when none (or without quarantine).
 	out int64
-}
-
-func (c *Client) initClock(i int) {
-	cs := &c.guard.masters[i].clock
-	cs.off = c.cfg.clockInterval == 0
-	cs.track = clockdrift.NewTracker(clockWindow, max(c.cfg.driftConstant, minStep))
 }
 
 // sampleClock reads master i's TIME under a node-timeout context, and
 // takes it as a sample at the middle of the round trip, on the clock that
 // counts suspend (so that a suspended client does not see the masters'
 // clocks jump).
-func (c *Client) sampleClock(ctx context.Context, i int) {
-	m := &c.guard.masters[i]
+func (w *Watcher) sampleClock(ctx context.Context, i int) {
+	m := &w.masters[i]
 	m.mu.Lock()
 	off := m.clock.off
 	m.mu.Unlock()
 	if off {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
-	_, sent := c.clock.now()
-	serverTime, err := c.masters[i].(driver.Inspector).Time(cctx)
-	_, got := c.clock.now()
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.NodeTimeout)
+	sent := w.cfg.Boot()
+	serverTime, err := w.cfg.Masters[i].(driver.Inspector).Time(cctx)
+	got := w.cfg.Boot()
 	cancel()
-	now := c.nanos()
+	now := w.nanos()
 	if ctx.Err() != nil || (err != nil && !refused(err)) {
 		return // no reply: a later sample decides
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c.guard.stopped.Load() {
-		return // Close has reset what the guard knew
+	if w.stopped.Load() {
+		return // Close has reset what the watcher knew
 	}
 	if err != nil {
 		m.clock.off = true
 		m.clock.out = noRestart
 		m.publish()
-		c.cfg.logger.Warn("redlock: the clock monitor cannot read TIME; this master's clock is not watched", "master", c.addrs[i], "err", err)
-		c.reviewLocked(i, now)
+		w.cfg.Logger.Warn("redlock: the clock monitor cannot read TIME; this master's clock is not watched", "master", w.cfg.Labels[i], "err", err)
+		w.reviewLocked(i, now)
 		return
 	}
-	c.observeClock(i, clockdrift.Sample{Local: sent + (got-sent)/2, Remote: serverTime, RTT: got - sent}, now)
+	w.observeClock(i, clockdrift.Sample{Local: sent + (got-sent)/2, Remote: serverTime, RTT: got - sent}, now)
 }
 
 // observeClock takes master i's next sample: it logs and tells the
@@ -83,44 +77,42 @@ func (c *Client) sampleClock(ctx context.Context, i int) {
 // beyond the drift factor with the master the faster. A slow master or a
 // step back only make its keys live longer. The caller holds the master's
 // mu.
-func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
-	g := c.guard
-	m := &g.masters[i]
+func (w *Watcher) observeClock(i int, s clockdrift.Sample, now int64) {
+	m := &w.masters[i]
 	cs := &m.clock
-	addr, factor := c.addrs[i], c.cfg.driftFactor
-	h := &c.cfg.hooks
+	addr, factor, quarantine := w.cfg.Labels[i], w.cfg.DriftFactor, w.cfg.ClockQuarantine
 	r := cs.track.Add(s)
 	cs.samples++
 	unsafe := false
 	if r.Step != 0 {
 		cs.stepFwd = r.Step > 0
 		unsafe = cs.stepFwd
-		c.cfg.logger.Warn("redlock: master's clock stepped between two samples (a jump or a change of rate)",
-			"master", addr, "by", r.Step, "quarantined", unsafe && c.cfg.clockQuarantine)
+		w.cfg.Logger.Warn("redlock: master's clock stepped between two samples (a jump or a change of rate)",
+			"master", addr, "by", r.Step, "quarantined", unsafe && quarantine)
 	}
-	if r.Jumped && h.MasterClockJumped != nil {
-		h.MasterClockJumped(addr, r.Jump.By)
+	if r.Jumped && w.cfg.Jumped != nil {
+		w.cfg.Jumped(addr, r.Jump.By)
 	}
 	if r.Settling {
 		unsafe = cs.stepFwd
 	}
 	if r.RateOK {
 		cs.rate = r.Rate
-		if h.MasterDrift != nil {
-			h.MasterDrift(addr, 1+r.Rate)
+		if w.cfg.Drift != nil {
+			w.cfg.Drift(addr, 1+r.Rate)
 		}
 		switch {
 		case !cs.drifting && clockdrift.Beyond(r.Rate, r.RateErr, factor):
 			cs.drifting = true
-			c.cfg.logger.Warn("redlock: master's clock rate is beyond the drift allowance",
-				"master", addr, "rate", 1+r.Rate, "drift_factor", factor, "quarantined", r.Rate > 0 && c.cfg.clockQuarantine)
+			w.cfg.Logger.Warn("redlock: master's clock rate is beyond the drift allowance",
+				"master", addr, "rate", 1+r.Rate, "drift_factor", factor, "quarantined", r.Rate > 0 && quarantine)
 		case cs.drifting && !clockdrift.Exceeds(r.Rate, factor):
 			cs.drifting = false
-			c.cfg.logger.Info("redlock: master's clock rate is within the drift allowance again", "master", addr, "rate", 1+r.Rate)
+			w.cfg.Logger.Info("redlock: master's clock rate is within the drift allowance again", "master", addr, "rate", 1+r.Rate)
 		}
 	}
 	unsafe = unsafe || (cs.drifting && cs.rate > 0)
-	if !c.cfg.clockQuarantine {
+	if !quarantine {
 		return
 	}
 	switch {
@@ -130,5 +122,5 @@ func (c *Client) observeClock(i int, s clockdrift.Sample, now int64) {
 		cs.out = now
 	}
 	m.publish()
-	c.reviewLocked(i, now)
+	w.reviewLocked(i, now)
 }
