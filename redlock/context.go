@@ -31,6 +31,11 @@ func (l *Lock) Context() context.Context {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.ended && l.over(l.until, l.untilBoot) {
+		// Read after the lease ran out (the holder was paused, or its
+		// timer has not run yet): ended now, not when a timer fires.
+		l.endLocked(errLeaseRanOut)
+	}
 	return l.watchLocked()
 }
 

@@ -231,3 +231,34 @@ func holdersEventually(t *testing.T, servers []*miniredis.Miniredis, res, token 
 	assert.Eventually(t, func() bool { return holders(t, servers, res, token) == len(servers) }, time.Second, time.Millisecond)
 	return holders(t, servers, res, token)
 }
+
+// TestDoneAfterPauseVirtual: a holder that first asks for Done (or the
+// Context) after its lease ran out, as one paused past its lease does, finds
+// it closed at once, with ErrLockLost as the cause; a Done asked for before
+// is closed by the lease's end too. (Found by the simulator, seed 1: the
+// context made late started a timer instead, and a select on Done took
+// the default branch and wrote.)
+func TestDoneAfterPauseVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		c := virtualClient(t, masters)
+		ctx := context.Background()
+		late, err := c.TryLock(ctx, "paused", time.Second)
+		require.NoError(t, err)
+		early, err := c.TryLock(ctx, "watched", time.Second)
+		require.NoError(t, err)
+		watched := early.Done()
+		time.Sleep(time.Until(late.Until()) + time.Millisecond) // the pause
+		select {
+		case <-late.Done():
+		default:
+			t.Fatal("Done asked for after the lease's end is not closed")
+		}
+		assert.ErrorIs(t, context.Cause(late.Context()), ErrLockLost)
+		select {
+		case <-watched:
+		default:
+			t.Fatal("Done asked for before the lease's end is not closed after it")
+		}
+	})
+}

@@ -152,9 +152,6 @@ type clock interface {
 	now() (time.Time, time.Duration)
 }
 
-// processStart is the origin of the fallback suspend-counting clock.
-var processStart = time.Now()
-
 func (c *Client) nanos() int64 { return int64(time.Since(c.epoch)) }
 
 func masterLabel(i int, addr string) string {

@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"internal/quorum":     nil,
 	"internal/clockdrift": nil,
 	"internal/bounded":    nil,
+	"internal/boottime":   nil,
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
@@ -36,10 +37,11 @@ var allowed = map[string][]string{
 	"redlock/internal/push":  {"driver", "internal/quorum"},
 	"redlock/internal/fair":  nil,
 	"redlock/internal/watch": {"driver", "internal/clockdrift"},
-	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch"},
+	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
+	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/memredis", "redlock"},
 	"internal/childproc":               nil,
 	"internal/childproc/childproctest": {"internal/childproc"},
 	"internal/redisserver":             {"internal/childproc"},
@@ -55,7 +57,7 @@ var allowed = map[string][]string{
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
-	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "fence/internal/rejection"}
+	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "internal/boottime", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()

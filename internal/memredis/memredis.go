@@ -24,6 +24,7 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
 
 	"quorumlock.dev/driver"
 )
@@ -324,10 +325,11 @@ func (s *Server) run(src string, keys []string, args []any) (any, error) {
 		s.lua = newLua(s)
 	}
 	L := s.lua
-	fn, err := L.LoadString(src)
+	proto, err := compiled(src)
 	if err != nil {
 		return nil, &driver.ReplyError{Msg: "ERR Error compiling script: " + err.Error()}
 	}
+	fn := L.NewFunctionFromProto(proto)
 	kt, at := L.NewTable(), L.NewTable()
 	for _, k := range keys {
 		kt.Append(lua.LString(k))
@@ -353,6 +355,27 @@ func (s *Server) run(src string, keys []string, args []any) (any, error) {
 	ret := L.Get(-1)
 	L.Pop(1)
 	return fromLua(ret)
+}
+
+// protos are the scripts compiled so far, by source: a compiled script is
+// immutable and serves every server (Redis caches by SHA the same way).
+var protos sync.Map // string -> *lua.FunctionProto
+
+// compiled returns src compiled, from the cache when it was seen before.
+func compiled(src string) (*lua.FunctionProto, error) {
+	if p, ok := protos.Load(src); ok {
+		return p.(*lua.FunctionProto), nil
+	}
+	chunk, err := parse.Parse(strings.NewReader(src), "script")
+	if err != nil {
+		return nil, err
+	}
+	p, err := lua.Compile(chunk, "script")
+	if err != nil {
+		return nil, err
+	}
+	protos.Store(src, p)
+	return p, nil
 }
 
 // argString is an argument as Redis receives it.

@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// check runs the invariants over what the schedule did; each broken one is
+// a violation.
+func (r *run) check() {
+	byRes := make(map[string][]holding)
+	for _, h := range r.res.Holdings {
+		for _, res := range h.resources {
+			byRes[res] = append(byRes[res], h)
+		}
+	}
+	for res, hs := range byRes {
+		slices.SortFunc(hs, func(a, b holding) int { return a.got.Compare(b.got) })
+		seen := make(map[uint64]holding)
+		var last holding // of the holders before h, the one whose hold ended last
+		var top holding  // ... and the one with the highest fence
+		for i, h := range hs {
+			f := fenceOf(h, res)
+			if o, dup := seen[f]; dup && h.fenced {
+				r.violation("fence %d of %s handed out twice: to c%d.%d at %v and c%d.%d at %v",
+					f, res, o.client, o.worker, r.at(o.got), h.client, h.worker, r.at(h.got))
+			}
+			seen[f] = h
+			if i > 0 && !r.s.Unsafe() {
+				// Outside the documented failure modes: one holder at a
+				// time, and fences in the order the holders won.
+				if end := heldUntil(last); h.got.Before(end) {
+					r.violation("two holders of %s: c%d.%d held it until %v, c%d.%d got it at %v",
+						res, last.client, last.worker, r.at(end), h.client, h.worker, r.at(h.got))
+				}
+				if tf := fenceOf(top, res); f <= tf {
+					r.violation("fences of %s out of order: %d (c%d.%d at %v) after %d (c%d.%d at %v)",
+						res, f, h.client, h.worker, r.at(h.got), tf, top.client, top.worker, r.at(top.got))
+				}
+			}
+			if i == 0 || heldUntil(h).After(heldUntil(last)) {
+				last = h
+			}
+			if i == 0 || f > fenceOf(top, res) {
+				top = h
+			}
+		}
+	}
+
+	// The guard: in the order the store applied them, an admitted write
+	// never carries a fence below one admitted before it, and the last
+	// admitted write is what the store keeps.
+	top := make(map[string]write)
+	for _, w := range r.res.Writes {
+		t, ok := top[w.key]
+		if w.admitted {
+			if ok && w.fence < t.fence {
+				r.violation("the guard admitted a stale write to %s: fence %d at %v after %d at %v",
+					w.key, w.fence, r.at(w.at), t.fence, r.at(t.at))
+			}
+			top[w.key] = w
+		} else if !ok || w.fence >= t.fence {
+			r.violation("the guard refused a current write to %s: fence %d at %v (newest admitted %d)",
+				w.key, w.fence, r.at(w.at), t.fence)
+		}
+	}
+	for key, t := range top {
+		_, f, err := r.guard.Get(context.Background(), r.w.Store.Conn(), key)
+		if err != nil || f != t.fence {
+			r.violation("an acknowledged write to %s is lost: the store has fence %d (%v), the last admitted was %d", key, f, err, t.fence)
+		}
+	}
+}
+
+// fenceOf is h's fence for res.
+func fenceOf(h holding, res string) uint64 {
+	if i := slices.Index(h.resources, res); i >= 0 && i < len(h.fences) {
+		return h.fences[i]
+	}
+	return 0
+}
+
+// heldUntil is when h stopped holding: its Unlock, or its lease's end.
+func heldUntil(h holding) time.Time {
+	if h.end.Before(h.until) {
+		return h.end
+	}
+	return h.until
+}
+
+// at is t as an offset from the schedule's start.
+func (r *run) at(t time.Time) time.Duration { return t.Sub(r.start) }

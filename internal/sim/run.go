@@ -1,0 +1,323 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/redlock"
+)
+
+// nodeTimeout is every client's: the default.
+const nodeTimeout = 50 * time.Millisecond
+
+// workersPerClient run each client's cycles: two goroutines of one process,
+// so that in-process passes and handoffs happen too.
+const workersPerClient = 2
+
+// holding is one time a worker held a lock, as it saw it.
+type holding struct {
+	client, worker int
+	resources      []string
+	fences         []uint64
+	fenced         bool
+	got            time.Time // Lock (or TryLock, LockAll) returned it
+	until          time.Time // its lease's end, moved by a successful Extend
+	end            time.Time // the worker was done with it and called Unlock
+}
+
+// Result is what one schedule did and what the checker found.
+type Result struct {
+	Schedule   Schedule
+	Holdings   []holding
+	Attempts   int // calls that asked for a lock
+	Writes     []write
+	Violations []string
+	Trace      []string
+	Simulated  time.Duration // virtual time from start to end
+}
+
+// TraceHash is a hash of the trace (virtual times and outcomes; no token).
+func (r Result) TraceHash() uint64 {
+	h := fnv.New64a()
+	for _, e := range r.Trace {
+		io.WriteString(h, e)
+		h.Write([]byte{'\n'})
+	}
+	return h.Sum64()
+}
+
+// run is one schedule's shared state.
+type run struct {
+	s       Schedule
+	w       *World
+	start   time.Time
+	guard   fence.RedisGuard
+	mu      sync.Mutex
+	res     Result
+	pauses  map[int][]fault // client pauses not yet taken, by client
+	checkMu sync.Mutex
+}
+
+// Run plays schedule s and checks it. Call it inside a synctest bubble,
+// with boottime.Virtual in effect.
+func Run(s Schedule) Result {
+	cfg := s.Config
+	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault)}
+	r.res.Schedule = s
+	counter, err := fence.NewRedisCounter(r.w.Counter.Conn())
+	if err != nil {
+		r.violation("fence counter: %v", err)
+		return r.res
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	clients := make([]*redlock.Client, cfg.Clients)
+	for i := range clients {
+		opts := []redlock.Option{redlock.WithFence(counter), redlock.WithLogger(logger),
+			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond)}
+		if s.Fair[i] {
+			opts = append(opts, redlock.WithFairness(time.Second))
+		}
+		c, err := redlock.New(r.w.Links(i), opts...)
+		if err != nil {
+			r.violation("client %d: %v", i, err)
+			return r.res
+		}
+		clients[i] = c
+	}
+	for _, f := range s.Faults {
+		if f.kind == clientPause {
+			r.pauses[f.client] = append(r.pauses[f.client], f)
+		}
+	}
+
+	faults := make(chan struct{})
+	go func() {
+		r.playFaults()
+		close(faults)
+	}()
+	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		for k := range workersPerClient {
+			cycles := cfg.Cycles / workersPerClient
+			if k < cfg.Cycles%workersPerClient {
+				cycles++
+			}
+			wg.Go(func() { r.worker(clients[c], c, k, cycles) })
+		}
+	}
+	wg.Wait()
+	<-faults
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	r.res.Simulated = time.Since(r.start)
+	r.res.Writes = r.w.writes
+	r.check()
+	return r.res
+}
+
+func (r *run) violation(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Violations = append(r.res.Violations, fmt.Sprintf(format, args...))
+}
+
+func (r *run) event(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Trace = append(r.res.Trace, fmt.Sprintf("%9v ", time.Since(r.start))+fmt.Sprintf(format, args...))
+}
+
+// playFaults applies the schedule's faults at their times and heals each
+// when it ends; it returns when every fault has ended.
+func (r *run) playFaults() {
+	fs := slices.Clone(r.s.Faults)
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].at < fs[j].at })
+	var ends sync.WaitGroup
+	for _, f := range fs {
+		if d := f.at - time.Since(r.start); d > 0 {
+			time.Sleep(d)
+		}
+		r.event("fault %v", f)
+		heal := r.apply(f)
+		if heal != nil {
+			ends.Go(func() {
+				time.Sleep(f.lasts)
+				r.event("healed %v", f)
+				heal()
+			})
+		}
+	}
+	ends.Wait()
+}
+
+// apply starts fault f and returns what ends it, or nil.
+func (r *run) apply(f fault) (heal func()) {
+	w := r.w
+	switch f.kind {
+	case delayed:
+		w.Cut(f.client, f.master, cut{delay: f.delay})
+		return func() { w.Cut(f.client, f.master, cut{}) }
+	case lostAsk:
+		w.Cut(f.client, f.master, cut{dropAsk: true})
+		return func() { w.Cut(f.client, f.master, cut{}) }
+	case lostReply:
+		w.Cut(f.client, f.master, cut{dropReply: true})
+		return func() { w.Cut(f.client, f.master, cut{}) }
+	case paused:
+		w.Pause(f.master)
+		return func() { w.Resume(f.master) }
+	case down:
+		w.Masters[f.master].Fail(memredis.ErrDown)
+		return func() { w.Masters[f.master].Fail(nil) }
+	case restarted:
+		w.Masters[f.master].Restart()
+	case clockStep:
+		w.Masters[f.master].StepClock(f.delay)
+	case counterLost:
+		w.Counter.Restart()
+	case counterDown:
+		w.Counter.Fail(memredis.ErrDown)
+		return func() { w.Counter.Fail(nil) }
+	}
+	return nil
+}
+
+// takePause returns a pause of client's that has begun, or 0.
+func (r *run) takePause(client int) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := r.pauses[client]
+	if len(ps) == 0 || ps[0].at > time.Since(r.start) {
+		return 0
+	}
+	r.pauses[client] = ps[1:]
+	return ps[0].lasts
+}
+
+// worker runs cycles lock cycles of client c: lock one of the resources
+// (TryLock, Lock or LockAll), hold it, maybe extend it, write under its
+// fences through the guard, unlock.
+func (r *run) worker(c *redlock.Client, client, k, cycles int) {
+	cfg := r.s.Config
+	rng := rand.New(rand.NewPCG(r.s.Seed, uint64(client*workersPerClient+k+1)))
+	resources := make([]string, cfg.Resources)
+	for i := range resources {
+		resources[i] = fmt.Sprintf("job:%d", i)
+	}
+	for range cycles {
+		res := resources[rng.IntN(len(resources))]
+		mode := rng.IntN(10)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.TTL)
+		began := time.Now()
+		var l *redlock.Lock
+		var err error
+		op := "Lock"
+		switch {
+		case mode < 2:
+			op = "TryLock"
+			l, err = c.TryLock(ctx, res, cfg.TTL)
+			if took := time.Since(began); took > nodeTimeout+nodeTimeout/4+time.Millisecond {
+				r.violation("client %d: TryLock took %v, beyond the node timeout %v and the diagnosis's quarter", client, took, nodeTimeout)
+			}
+		case mode < 3 && len(resources) > 1:
+			op = "LockAll"
+			l, err = c.LockAll(ctx, resources, cfg.TTL)
+		default:
+			l, err = c.Lock(ctx, res, cfg.TTL)
+		}
+		r.mu.Lock()
+		r.res.Attempts++
+		r.mu.Unlock()
+		if err != nil {
+			cancel()
+			r.event("c%d.%d %s %s: %v", client, k, op, res, kindOf(err))
+			time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
+			continue
+		}
+		r.hold(ctx, l, client, k, rng)
+		cancel()
+	}
+}
+
+// hold is one critical section of l.
+func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *rand.Rand) {
+	cfg := r.s.Config
+	h := holding{client: client, worker: k, resources: l.Resources(), got: time.Now(), until: l.Until()}
+	h.fences, h.fenced = l.Fences()
+	if !h.fenced {
+		r.violation("c%d.%d: a lock of a client WithFence came without a fence", client, k)
+	}
+	r.event("c%d.%d holds %v fences %v until %v", client, k, h.resources, h.fences, h.until.Sub(r.start))
+	time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+	if rng.IntN(4) == 0 {
+		if err := l.Extend(ctx, cfg.TTL); err == nil {
+			h.until = l.Until()
+			r.event("c%d.%d extended until %v", client, k, h.until.Sub(r.start))
+		} else {
+			r.event("c%d.%d extend: %v", client, k, kindOf(err))
+		}
+	}
+	if d := r.takePause(client); d > 0 {
+		r.event("c%d.%d paused for %v", client, k, d)
+		time.Sleep(d)
+	}
+	if time.Now().After(h.until) {
+		select {
+		case <-l.Done():
+		default:
+			r.violation("c%d.%d: Done not closed %v after the lease's end", client, k, time.Since(h.until))
+		}
+	}
+	for i, res := range h.resources {
+		key := "data:" + res
+		fc := h.fences[i]
+		// A context of its own: the lock's may have ended in a pause, and
+		// the write must still reach the guard to be judged.
+		wctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := r.w.guarded(wctx, key, fc, func(ctx context.Context, store driver.Conn) error {
+			return r.guard.Set(ctx, store, key, fmt.Sprintf("c%d.%d", client, k), fc, 0)
+		})
+		cancel()
+		if err != nil && !errors.Is(err, fence.ErrFenceRejected) {
+			r.violation("c%d.%d: the store failed a write: %v", client, k, err)
+		}
+		r.event("c%d.%d write %s fence %d: %v", client, k, key, fc, err == nil)
+	}
+	h.end = time.Now()
+	unlockAt := time.Now()
+	err := l.Unlock(context.Background())
+	if took := time.Since(unlockAt); took > 2*nodeTimeout+time.Millisecond {
+		r.violation("c%d.%d: Unlock took %v, beyond twice the node timeout", client, k, took)
+	}
+	r.event("c%d.%d unlock: %v", client, k, kindOf(err))
+	r.mu.Lock()
+	r.res.Holdings = append(r.res.Holdings, h)
+	r.mu.Unlock()
+}
+
+// kindOf names an error by its sentinel, for the trace: no token, no address.
+func kindOf(err error) string {
+	for _, e := range []error{redlock.ErrNotAcquired, redlock.ErrQuorumUnavailable, redlock.ErrFenceUnavailable,
+		redlock.ErrLockNotHeld, redlock.ErrLockLost, context.DeadlineExceeded} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	if err == nil {
+		return "ok"
+	}
+	return "other: " + err.Error()
+}

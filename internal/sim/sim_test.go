@@ -1,0 +1,88 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"quorumlock.dev/internal/boottime"
+)
+
+var (
+	seedFlag = flag.Uint64("sim.seed", 0, "replay this one seed, printing its schedule and trace")
+	nFlag    = flag.Int("sim.n", 0, "schedules to run (0: the budget of make test, or SIM_TIME's)")
+)
+
+func TestMain(m *testing.M) {
+	boottime.Virtual() // the machine's boot clock does not move in a bubble
+	os.Exit(m.Run())
+}
+
+// play runs the schedule of seed in a bubble of its own and fails t with
+// the replay command when an invariant broke.
+func play(t *testing.T, seed uint64, verbose bool) Result {
+	var res Result
+	synctest.Test(t, func(t *testing.T) {
+		res = Run(Draw(seed, DefaultConfig))
+	})
+	if verbose {
+		t.Logf("%v", res.Schedule)
+		t.Logf("trace (%d events, hash %016x):\n%s", len(res.Trace), res.TraceHash(), strings.Join(res.Trace, "\n"))
+	}
+	if len(res.Violations) > 0 {
+		t.Errorf("seed %d broke %d invariant(s):\n  %s\n%v\nreplay: go test ./internal/sim -run 'TestSim$' -sim.seed %d -v",
+			seed, len(res.Violations), strings.Join(res.Violations, "\n  "), res.Schedule, seed)
+	}
+	return res
+}
+
+// TestSim plays schedules on the code as shipped: a fixed set of seeds in
+// make test, new ones for SIM_TIME (make sim), or the one of -sim.seed.
+func TestSim(t *testing.T) {
+	if *seedFlag != 0 {
+		play(t, *seedFlag, true)
+		return
+	}
+	n, base := 200, uint64(1)
+	var until time.Time
+	if d, err := time.ParseDuration(os.Getenv("SIM_TIME")); err == nil && d > 0 {
+		until, n, base = time.Now().Add(d), 1<<62, rand.Uint64()>>1|1
+	}
+	if *nFlag > 0 {
+		n = *nFlag
+	}
+	var ran, holdings, violated atomic.Int64
+	var simulated atomic.Int64
+	start := time.Now()
+	t.Run("seeds", func(t *testing.T) {
+		for i := range n {
+			if !until.IsZero() && time.Now().After(until) {
+				break
+			}
+			seed := base + uint64(i)
+			t.Run(fmt.Sprint(seed), func(t *testing.T) {
+				t.Parallel()
+				res := play(t, seed, false)
+				ran.Add(1)
+				holdings.Add(int64(len(res.Holdings)))
+				simulated.Add(int64(res.Simulated))
+				if len(res.Violations) > 0 {
+					violated.Add(1)
+				}
+				if len(res.Holdings) == 0 {
+					t.Errorf("seed %d: no lock was ever held: the schedule tested nothing", seed)
+				}
+			})
+		}
+	})
+	wall := time.Since(start)
+	t.Logf("%d schedules (seeds from %d) in %v: %.0f schedules/min, %d locks held, %.0f simulated seconds per wall second, %d with violations",
+		ran.Load(), base, wall.Round(time.Millisecond), float64(ran.Load())/wall.Minutes(), holdings.Load(),
+		time.Duration(simulated.Load()).Seconds()/wall.Seconds(), violated.Load())
+}

@@ -1,0 +1,235 @@
+// Package sim is the deterministic simulator of quorumlock: real
+// redlock.Clients against simulated masters (internal/memredis, which runs
+// the shipped Lua scripts), a simulated fence counter and a guarded store,
+// all inside one testing/synctest bubble per schedule, so that time is
+// virtual and a schedule of faults is drawn from its seed. A checker reads
+// what the clients saw and what the store admitted and names every
+// invariant that broke. docs/simulation.md describes the world, the
+// faults and the invariants.
+//
+// It is a test harness: it never runs outside a test binary.
+package sim
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/memredis"
+)
+
+// errTimeout is what a link returns for a call whose request or reply the
+// network lost: the caller's deadline passed with no answer.
+var errTimeout = errors.New("sim: i/o timeout (lost on the network)")
+
+// World is the simulated servers and the network between each client and
+// each of them.
+type World struct {
+	Masters []*memredis.Server
+	Counter *memredis.Server // the fence counter's node
+	Store   *memredis.Server // the guarded data
+
+	mu     sync.Mutex
+	paused []*pause // by master: nil, or the backlog of a paused master
+	cuts   map[[2]int]cut
+	writes []write // every guarded write, in the order the store applied it
+}
+
+// pause is a paused master: calls queue up unanswered, and are applied in
+// order when it resumes (a stopped process's socket buffer).
+type pause struct {
+	backlog []func()
+}
+
+// cut is what the network does to the calls of one client to one master.
+type cut struct {
+	delay     time.Duration // every call waits this long first
+	dropReply bool          // applied, but the caller never hears back
+	dropAsk   bool          // never arrives
+}
+
+// NewWorld makes n masters, a counter and a store; call it in the bubble.
+func NewWorld(n int) *World {
+	w := &World{Counter: memredis.New(), Store: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut)}
+	for range n {
+		w.Masters = append(w.Masters, memredis.New())
+	}
+	return w
+}
+
+// Links returns client's connections to every master, through the network.
+func (w *World) Links(client int) []driver.Conn {
+	out := make([]driver.Conn, len(w.Masters))
+	for i, m := range w.Masters {
+		out[i] = &link{w: w, client: client, master: i, conn: m.Conn().(full)}
+	}
+	return out
+}
+
+// Pause stops master i: its calls wait, and are applied when it resumes.
+func (w *World) Pause(i int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused[i] == nil {
+		w.paused[i] = &pause{}
+	}
+}
+
+// Resume applies the backlog of master i in order and lets calls through.
+func (w *World) Resume(i int) {
+	w.mu.Lock()
+	p := w.paused[i]
+	w.paused[i] = nil
+	w.mu.Unlock()
+	if p != nil {
+		for _, f := range p.backlog {
+			f()
+		}
+	}
+}
+
+// Cut sets what the network does to client's calls to master i.
+func (w *World) Cut(client, i int, c cut) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c == (cut{}) {
+		delete(w.cuts, [2]int{client, i})
+		return
+	}
+	w.cuts[[2]int{client, i}] = c
+}
+
+// full is what memredis's connections do; a link passes on all of it.
+type full interface {
+	driver.Conn
+	driver.Subscriber
+	driver.Inspector
+	driver.Describer
+}
+
+// link is one client's connection to one master, through the network.
+type link struct {
+	w      *World
+	client int
+	master int
+	conn   full
+}
+
+// through runs f as the network and the master's state allow: delayed,
+// lost on the way, applied but unanswered, or queued behind a pause.
+func (l *link) through(ctx context.Context, f func(ctx context.Context) error) error {
+	l.w.mu.Lock()
+	c := l.w.cuts[[2]int{l.client, l.master}]
+	l.w.mu.Unlock()
+	if c.delay > 0 {
+		t := time.NewTimer(c.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	if c.dropAsk {
+		<-ctx.Done()
+		return errTimeout
+	}
+	l.w.mu.Lock()
+	if p := l.w.paused[l.master]; p != nil {
+		// The request sits in the stopped server's buffer: it is applied
+		// at the resume, whoever still waits for it.
+		done := make(chan error, 1)
+		p.backlog = append(p.backlog, func() { done <- f(context.Background()) })
+		l.w.mu.Unlock()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return errTimeout
+		}
+	}
+	l.w.mu.Unlock()
+	err := f(ctx)
+	if c.dropReply && err == nil {
+		<-ctx.Done()
+		return errTimeout
+	}
+	return err
+}
+
+func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (ok bool, err error) {
+	err = l.through(ctx, func(ctx context.Context) error {
+		var e error
+		ok, e = l.conn.SetNX(ctx, key, value, ttl)
+		return e
+	})
+	return ok, err
+}
+
+func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (v any, err error) {
+	err = l.through(ctx, func(ctx context.Context) error {
+		var e error
+		v, e = l.conn.Eval(ctx, s, keys, args...)
+		return e
+	})
+	return v, err
+}
+
+// Subscribe is not cut: push wake-up is an optimisation the timer backs up,
+// and a lost release message only costs a waiter its wait.
+func (l *link) Subscribe(ctx context.Context) driver.Subscription { return l.conn.Subscribe(ctx) }
+
+func (l *link) Info(ctx context.Context, section string) (s string, err error) {
+	err = l.through(ctx, func(ctx context.Context) error {
+		var e error
+		s, e = l.conn.Info(ctx, section)
+		return e
+	})
+	return s, err
+}
+
+func (l *link) Time(ctx context.Context) (t time.Time, err error) {
+	err = l.through(ctx, func(ctx context.Context) error {
+		var e error
+		t, e = l.conn.Time(ctx)
+		return e
+	})
+	return t, err
+}
+
+func (l *link) ConfigGet(ctx context.Context, p string) (m map[string]string, err error) {
+	err = l.through(ctx, func(ctx context.Context) error {
+		var e error
+		m, e = l.conn.ConfigGet(ctx, p)
+		return e
+	})
+	return m, err
+}
+
+// Describe gives no address: the client would dial it to diagnose a master
+// that does not answer, and a bubble has no network.
+func (l *link) Describe() driver.Description {
+	d := l.conn.Describe()
+	d.Addr = ""
+	return d
+}
+
+// write is one guarded write as the store applied it.
+type write struct {
+	key      string
+	fence    uint64
+	admitted bool
+	at       time.Time
+}
+
+// guarded runs one guarded write of fence to key and records whether the
+// store admitted it, in the store's order.
+func (w *World) guarded(ctx context.Context, key string, fence uint64, set func(ctx context.Context, c driver.Conn) error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := set(ctx, w.Store.Conn())
+	w.writes = append(w.writes, write{key: key, fence: fence, admitted: err == nil, at: time.Now()})
+	return err
+}
