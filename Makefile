@@ -7,7 +7,7 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench bench-redis bench-fencing chaos choose soak gobench lint fuzz deps clean
+.PHONY: test bench bench-redis bench-fencing chaos choose soak sim gobench lint fuzz deps clean
 
 # Nested modules, each with its own go.mod so that the library's build links none of their
 # dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests;
@@ -60,6 +60,10 @@ choose: deps
 # The 500 acquisitions/s load test for longer than the suite runs it.
 soak: deps
 	$(WITHPG) FENCE_SOAK=$${FENCE_SOAK:-60s} $(GO) -C cmd/redlock-bench test -race -count=1 -run TestLoad500PerSecond -timeout 30m -v ./internal/allocjobs/
+
+# The simulator on new seeds for SIM_TIME (default 10m); a failing seed prints its replay command.
+sim:
+	SIM_TIME=$${SIM_TIME:-10m} $(GO) test -count=1 -run 'TestSim$$' -timeout 0 -v ./internal/sim/ | grep -v -e '^=== ' -e '--- PASS'
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps

@@ -119,7 +119,7 @@ type link struct {
 
 // through runs f as the network and the master's state allow: delayed,
 // lost on the way, applied but unanswered, or queued behind a pause.
-func (l *link) through(ctx context.Context, f func(ctx context.Context) error) error {
+func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, error)) (any, error) {
 	l.w.mu.Lock()
 	c := l.w.cuts[[2]int{l.client, l.master}]
 	l.w.mu.Unlock()
@@ -129,82 +129,72 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) error) e
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	if c.dropAsk {
 		<-ctx.Done()
-		return errTimeout
+		return nil, errTimeout
 	}
 	l.w.mu.Lock()
 	if p := l.w.paused[l.master]; p != nil {
 		// The request sits in the stopped server's buffer: it is applied
 		// at the resume, whoever still waits for it.
-		done := make(chan error, 1)
-		p.backlog = append(p.backlog, func() { done <- f(context.Background()) })
+		type reply struct {
+			v   any
+			err error
+		}
+		done := make(chan reply, 1)
+		p.backlog = append(p.backlog, func() {
+			v, err := f(context.Background())
+			done <- reply{v, err}
+		})
 		l.w.mu.Unlock()
 		select {
-		case err := <-done:
-			return err
+		case r := <-done:
+			return r.v, r.err
 		case <-ctx.Done():
-			return errTimeout
+			return nil, errTimeout
 		}
 	}
 	l.w.mu.Unlock()
-	err := f(ctx)
+	v, err := f(ctx)
 	if c.dropReply && err == nil {
 		<-ctx.Done()
-		return errTimeout
+		return nil, errTimeout
 	}
-	return err
+	return v, err
 }
 
-func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (ok bool, err error) {
-	err = l.through(ctx, func(ctx context.Context) error {
-		var e error
-		ok, e = l.conn.SetNX(ctx, key, value, ttl)
-		return e
-	})
+func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
+	ok, _ := v.(bool)
 	return ok, err
 }
 
-func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (v any, err error) {
-	err = l.through(ctx, func(ctx context.Context) error {
-		var e error
-		v, e = l.conn.Eval(ctx, s, keys, args...)
-		return e
-	})
-	return v, err
+func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	return l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
 }
 
 // Subscribe is not cut: push wake-up is an optimisation the timer backs up,
 // and a lost release message only costs a waiter its wait.
 func (l *link) Subscribe(ctx context.Context) driver.Subscription { return l.conn.Subscribe(ctx) }
 
-func (l *link) Info(ctx context.Context, section string) (s string, err error) {
-	err = l.through(ctx, func(ctx context.Context) error {
-		var e error
-		s, e = l.conn.Info(ctx, section)
-		return e
-	})
+func (l *link) Info(ctx context.Context, section string) (string, error) {
+	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Info(ctx, section) })
+	s, _ := v.(string)
 	return s, err
 }
 
-func (l *link) Time(ctx context.Context) (t time.Time, err error) {
-	err = l.through(ctx, func(ctx context.Context) error {
-		var e error
-		t, e = l.conn.Time(ctx)
-		return e
-	})
+func (l *link) Time(ctx context.Context) (time.Time, error) {
+	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Time(ctx) })
+	t, _ := v.(time.Time)
 	return t, err
 }
 
-func (l *link) ConfigGet(ctx context.Context, p string) (m map[string]string, err error) {
-	err = l.through(ctx, func(ctx context.Context) error {
-		var e error
-		m, e = l.conn.ConfigGet(ctx, p)
-		return e
-	})
+func (l *link) ConfigGet(ctx context.Context, p string) (map[string]string, error) {
+	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.ConfigGet(ctx, p) })
+	m, _ := v.(map[string]string)
 	return m, err
 }
 
