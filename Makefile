@@ -63,6 +63,7 @@ soak: deps
 
 # The simulator on new seeds for SIM_TIME (default 10m); a failing seed prints its replay command.
 sim:
+	$(GO) test -tags simbugs -count=1 -run TestSimFindsBugs -v ./internal/sim/ | grep -e 'found' -e '^---' -e '^ok' -e FAIL
 	SIM_TIME=$${SIM_TIME:-10m} $(GO) test -count=1 -run 'TestSim$$' -timeout 0 -v ./internal/sim/ | grep -v -e '^=== ' -e '--- PASS'
 
 # testing.B benchmarks against real redis-server processes.

@@ -13,6 +13,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bounded"
+	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -24,6 +25,8 @@ var (
 	//go:embed scripts/mint.lua
 	mintLua    string
 	mintScript = driver.NewScript(mintLua)
+	// incrScript is the mint without its floor, for the simulator's bug hunt.
+	incrScript = driver.NewScript("return redis.call('INCR', KEYS[1])")
 
 	//go:embed scripts/seed.lua
 	seedLua    string
@@ -180,7 +183,11 @@ type mintReply struct {
 }
 
 func mint(ctx context.Context, a mintCall) (mintReply, error) {
-	v, err := a.node.Eval(ctx, mintScript, []string{a.key})
+	script := mintScript
+	if bugs.CounterWithoutFloor {
+		script = incrScript
+	}
+	v, err := a.node.Eval(ctx, script, []string{a.key})
 	if err != nil {
 		return mintReply{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
@@ -236,6 +237,9 @@ func (c *Client) check(resource string, ttl time.Duration) error {
 // allowance. The one place the formula is written.
 func (c *Client) lease(ttl time.Duration) time.Duration {
 	ttl = ttl.Truncate(time.Millisecond)
+	if bugs.DriftAdded {
+		return ttl + clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
+	}
 	return ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 }
 
@@ -304,6 +308,9 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		return c.vote(i, set, err)
 	}))
 	l.round = round
+	if bugs.LeaseFromRoundEnd {
+		start, boot = c.clock.now()
+	}
 	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease

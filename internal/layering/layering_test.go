@@ -27,21 +27,22 @@ var allowed = map[string][]string{
 	"internal/clockdrift": nil,
 	"internal/bounded":    nil,
 	"internal/boottime":   nil,
+	"internal/bugs":       nil,
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
-	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/nilcheck"},
+	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/bugs", "internal/nilcheck"},
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
 	"redlock/internal/push":  {"driver", "internal/quorum"},
 	"redlock/internal/fair":  nil,
 	"redlock/internal/watch": {"driver", "internal/clockdrift"},
-	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime"},
+	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
-	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/memredis", "redlock"},
+	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "redlock"},
 	"internal/childproc":               nil,
 	"internal/childproc/childproctest": {"internal/childproc"},
 	"internal/redisserver":             {"internal/childproc"},
@@ -57,7 +58,7 @@ var allowed = map[string][]string{
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
-	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "internal/boottime", "fence/internal/rejection"}
+	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()

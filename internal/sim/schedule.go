@@ -18,8 +18,9 @@ type Config struct {
 }
 
 // DefaultConfig is the schedule the issue asks for: 3 clients × 30 cycles
-// over 5 masters and a counter, at least 3 faults, TTLs of seconds.
-var DefaultConfig = Config{Masters: 5, Clients: 3, Cycles: 30, Resources: 2, Faults: 3, TTL: 2 * time.Second}
+// over 5 masters and a counter, at least 3 faults, TTLs of seconds (drawn
+// per schedule when TTL is 0).
+var DefaultConfig = Config{Masters: 5, Clients: 3, Cycles: 30, Resources: 2, Faults: 3}
 
 // kind is a fault's kind.
 type kind int
@@ -46,6 +47,9 @@ func (k kind) String() string { return kindNames[k] }
 // (redlock's doc names them): only the fence protects then.
 func (k kind) unsafe() bool { return k == restarted || k == clockStep || k == clientPause }
 
+// allMasters is a network fault's master when it hits all of them.
+const allMasters = -1
+
 // fault is one fault of a schedule, at a time from the schedule's start.
 type fault struct {
 	kind   kind
@@ -64,7 +68,11 @@ func (f fault) String() string {
 	}
 	switch f.kind {
 	case delayed, lostAsk, lostReply:
-		fmt.Fprintf(&b, ", client %d to master %d", f.client, f.master)
+		if f.master == allMasters {
+			fmt.Fprintf(&b, ", client %d to every master", f.client)
+		} else {
+			fmt.Fprintf(&b, ", client %d to master %d", f.client, f.master)
+		}
 	case paused, down, restarted:
 		fmt.Fprintf(&b, ", master %d", f.master)
 	case clockStep:
@@ -100,6 +108,11 @@ func (s Schedule) Unsafe() bool {
 // Draw makes the schedule of seed.
 func Draw(seed uint64, cfg Config) Schedule {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	if cfg.TTL == 0 {
+		// Half a second to two: the drift allowance (1% + 2 ms) is then
+		// smaller than a slow round trip, as a lease bug needs to show.
+		cfg.TTL = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}[r.IntN(3)]
+	}
 	s := Schedule{Seed: seed, Config: cfg, Fair: make([]bool, cfg.Clients)}
 	for i := range s.Fair {
 		s.Fair[i] = r.IntN(2) == 0
@@ -117,8 +130,12 @@ func Draw(seed uint64, cfg Config) Schedule {
 		}
 		switch f.kind {
 		case delayed:
-			f.delay = []time.Duration{time.Millisecond, 20 * time.Millisecond, 45 * time.Millisecond, 80 * time.Millisecond}[r.IntN(4)]
+			// Up to and beyond the node timeout (50 ms).
+			f.delay = []time.Duration{1, 10, 20, 30, 40, 48, 80}[r.IntN(7)] * time.Millisecond
 			f.lasts = time.Duration(r.Int64N(int64(cfg.TTL)))
+			if r.IntN(2) == 0 {
+				f.master = allMasters // the client's own network is slow
+			}
 		case lostAsk, lostReply, down, counterDown:
 			f.lasts = time.Duration(r.Int64N(int64(cfg.TTL)))
 		case paused:

@@ -45,7 +45,7 @@ type pause struct {
 
 // cut is what the network does to the calls of one client to one master.
 type cut struct {
-	delay     time.Duration // every call waits this long first
+	delay     time.Duration // every call takes this long more, half each way
 	dropReply bool          // applied, but the caller never hears back
 	dropAsk   bool          // never arrives
 }
@@ -123,14 +123,10 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, er
 	l.w.mu.Lock()
 	c := l.w.cuts[[2]int{l.client, l.master}]
 	l.w.mu.Unlock()
-	if c.delay > 0 {
-		t := time.NewTimer(c.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
+	// A delay is half on the way there, half on the way back: the master
+	// applies the call before the caller hears of it.
+	if err := wait(ctx, c.delay/2); err != nil {
+		return nil, err
 	}
 	if c.dropAsk {
 		<-ctx.Done()
@@ -163,7 +159,25 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, er
 		<-ctx.Done()
 		return nil, errTimeout
 	}
+	if err := wait(ctx, c.delay-c.delay/2); err != nil {
+		return nil, err
+	}
 	return v, err
+}
+
+// wait sleeps d unless ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {

@@ -1,0 +1,21 @@
+//go:build simbugs
+
+package bugs
+
+// Set only by the simulator's bug hunt (internal/sim, -tags simbugs),
+// before its schedules start and not while they run.
+var (
+	// DriftAdded: the lease adds the clock-drift allowance instead of
+	// subtracting it.
+	DriftAdded bool
+	// LeaseFromRoundEnd: the lease counts from the end of the winning round,
+	// not from its start, so it outlives keys set early in the round.
+	LeaseFromRoundEnd bool
+	// CounterWithoutFloor: the fence counter starts a missing key at 1, not
+	// from the node's clock, so a counter that lost its data hands out
+	// fences again.
+	CounterWithoutFloor bool
+	// DoneLateAfterLease: Done and Context asked for after the lease ran out
+	// start a timer instead of being closed (found by the simulator).
+	DoneLateAfterLease bool
+)

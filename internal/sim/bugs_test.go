@@ -1,0 +1,69 @@
+//go:build simbugs
+
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"quorumlock.dev/internal/bugs"
+)
+
+// TestSimFindsBugs re-injects known bugs, one at a time, and requires the
+// simulator to find each within 10 s of wall time on new seeds: proof that
+// the invariants can fail. Run with -tags simbugs (make test does).
+func TestSimFindsBugs(t *testing.T) {
+	for _, b := range []struct {
+		name    string
+		switch_ *bool
+		want    string // in the violation that finds it
+	}{
+		{"drift added instead of subtracted", &bugs.DriftAdded, "masters keep its key"},
+		{"lease counted from the end of the round", &bugs.LeaseFromRoundEnd, "masters keep its key"},
+		{"counter restarts without its floor", &bugs.CounterWithoutFloor, "handed out twice"},
+		{"Done late after a pause past the lease", &bugs.DoneLateAfterLease, "Done not closed"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			*b.switch_ = true
+			defer func() { *b.switch_ = false }()
+			start := time.Now()
+			seed, found, ran := hunt(t, b.want, 10*time.Second)
+			if found == "" {
+				t.Fatalf("not found in %d schedules and %v", ran, time.Since(start).Round(time.Millisecond))
+			}
+			t.Logf("found by seed %d after %d schedules, %v: %s", seed, ran, time.Since(start).Round(time.Millisecond), found)
+		})
+	}
+}
+
+// hunt plays new seeds, two at a time, until a violation that says want,
+// or budget.
+func hunt(t *testing.T, want string, budget time.Duration) (seed uint64, found string, ran int) {
+	until := time.Now().Add(budget)
+	for next := uint64(1); time.Now().Before(until) && found == ""; next += 2 {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for s := next; s < next+2; s++ {
+			wg.Go(func() {
+				var res Result
+				t.Run(fmt.Sprint(s), func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) { res = Run(Draw(s, DefaultConfig)) })
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				ran++
+				for _, v := range res.Violations {
+					if strings.Contains(v, want) && found == "" {
+						seed, found = s, v
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	return seed, found, ran
+}
