@@ -381,7 +381,7 @@ func TestClockMonitorAllocs(t *testing.T) {
 	t.Logf("allocs per 5-master cycle: monitor off %.0f, on %.0f (race detector: %v)", a, b, raceEnabled())
 	margin := 2.0
 	if raceEnabled() {
-		margin = 5 // the race detector's own, as in TestRestartGuardAllocs
+		margin = 10 // the race detector's own, and what a busy machine adds to it (108 against 102 seen in CI); watch's TestAcquirePathAllocs pins 0 exactly
 	}
 	assert.LessOrEqual(t, b, a+margin, "the monitor allocates on the acquire path")
 }

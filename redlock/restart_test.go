@@ -267,7 +267,7 @@ func TestRestartGuardAllocs(t *testing.T) {
 	// the same in every run (108.5 against 106 once, with nothing changed).
 	margin := 2.0
 	if raceEnabled() {
-		margin = 5
+		margin = 10 // and a busy machine: 108 against 102 seen in CI for the monitor
 	}
 	assert.LessOrEqual(t, b, a+margin, "the guard allocates on the acquire path")
 	if !raceEnabled() {
