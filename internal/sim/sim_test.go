@@ -49,7 +49,7 @@ var regressions = []uint64{
 	7, 10, 16, // Done and Context asked for after the lease ran out were not closed (a holder paused past its lease went on to write)
 }
 
-// TestSimRegressions replays the seeds that found bugs.
+// TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
 func TestSimRegressions(t *testing.T) {
 	for _, seed := range regressions {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
