@@ -72,7 +72,8 @@ func (s *Script) Source() string { return s.src }
 func (s *Script) Hash() string { return s.sha }
 
 // Conn is one Redis node: a master of the lock or the fence counter. Its
-// methods are safe for concurrent use and honour ctx.
+// methods are safe for concurrent use and honour ctx: a call whose ctx has
+// ended before it is sent returns ctx's error and sends nothing.
 type Conn interface {
 	// SetNX sets key to value with a time to live of ttl (whole
 	// milliseconds, PX) when key does not exist: true when it set it,

@@ -332,6 +332,13 @@ func (r *release) err() error {
 // the releases so far settle the outcome. A failed release is logged at Warn: the key is left to
 // expire.
 func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func([]release) bool) []release {
+	return l.releaseAfter(ctx, round, enough, false)
+}
+
+// releaseAfter is releaseAll after round; extend says that round was a
+// failed Extend's, not the acquisition: every master is then released,
+// those the Extend never reached too (the acquisition's keys are there).
+func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough func([]release) bool, extend bool) []release {
 	c := l.c
 	out := make([]release, len(c.masters))
 	var settled func() bool
@@ -342,7 +349,7 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 	args := l.releaseArgs()
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		agreed, err := round.Result(i)
-		if err == nil && !agreed && l.queued && len(l.stale) == 0 {
+		if !extend && err == nil && !agreed && l.queued && len(l.stale) == 0 {
 			// fair_lock.lua refused: it set nothing, and a key of another
 			// type would have failed it. (Entries left behind by passOn
 			// are removed there too, by the release.)
@@ -350,7 +357,7 @@ func (l *Lock) releaseAll(ctx context.Context, round *quorum.Round, enough func(
 			return
 		}
 		if err != nil {
-			if c.neverSent(i, err) {
+			if !extend && c.neverSent(i, err) {
 				// Nothing reached this master, so there is nothing to take back.
 				out[i].state.Store(releasedNotOurs)
 				return
@@ -404,7 +411,8 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 // majority still held our token before the lease ran out and validity is left
 // (start it at least a node timeout before [Lock.Until]). A failure, or an ended
 // ctx (nothing sent, ctx.Err() wrapped returned), ends the lock: Done closes, the
-// cause wraps [ErrLockLost], the keys it extended are released.
+// cause wraps [ErrLockLost], and the lock's keys are released (on a master
+// whose Extend call is still out, once it returns: in the background).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errNilLock
@@ -487,7 +495,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 			failed(err)
 		}
 		l.lose(fmt.Errorf("%w: Extend failed: %w", ErrLockLost, err))
-		l.releaseAll(ctx, round, nil) // what this Extend prolonged must not outlive the lock
+		// The lock ended: its keys must not outlive it, whatever this
+		// Extend reached (one whose context had ended sent nothing).
+		l.releaseAfter(ctx, round, nil, true)
 	}
 	return err
 }

@@ -203,8 +203,12 @@ func (s *Server) Del(key string) {
 	delete(s.keys, key)
 }
 
-// enter waits out a hang and reports a failure; with nil it holds s.mu.
+// enter waits out a hang and reports a failure; with nil it holds s.mu. A
+// call whose context has ended does nothing, as go-redis sends nothing then.
 func (s *Server) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	for {
 		s.mu.Lock()
 		hung, fail := s.hung, s.fail

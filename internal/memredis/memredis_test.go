@@ -229,3 +229,23 @@ func runID(info string) string {
 	}
 	return fmt.Sprint("no run_id in ", info)
 }
+
+// TestEndedContextSendsNothing: a call whose context has ended does
+// nothing and returns the context's error, as go-redis sends nothing then
+// (driver.Conn's contract). The lock relies on it: an Extend whose context
+// had ended prolonged nothing.
+func TestEndedContextSendsNothing(t *testing.T) {
+	s := New()
+	c := s.Conn()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.SetNX(ctx, "k", "v", time.Minute)
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = c.Eval(ctx, driver.NewScript("return redis.call('SET', KEYS[1], 'v')"), []string{"k"})
+	assert.ErrorIs(t, err, context.Canceled)
+	_, ok := s.Get("k")
+	assert.False(t, ok, "a call with an ended context wrote the key")
+	set, err := c.SetNX(context.Background(), "k", "v", time.Minute)
+	require.NoError(t, err)
+	assert.True(t, set)
+}
