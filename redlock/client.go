@@ -51,6 +51,7 @@ type Client struct {
 	handed    atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
 	passed    atomic.Uint64    // ... and without a round (see passOn)
 	tag       string           // 8 hex digits in the ids of this client's queued waiters
+	stamped   atomic.Int64     // the last arrival stamp given (see stamp)
 }
 
 // New returns a client over masters, one per independent Redis master adapted to

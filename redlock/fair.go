@@ -69,7 +69,7 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 // enqueue makes the queued state of a Lock call on key for ttl, woken by
 // w. The queue's names are scripts/queue.lua's, derived on the masters.
 func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
-	now := time.Now().UnixMicro()
+	now := c.stamp()
 	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
 	w.SetID(id)
 	wake := w.Wake()
@@ -78,6 +78,20 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued 
 		wake:   wake,
 		keys:   []string{key},
 		ttlMS:  c.cfg.fairTTL.Milliseconds(),
+	}
+}
+
+// stamp is an arrival stamp: µs since the Unix epoch, and above every
+// stamp this client gave before, so that its waiters line up in the order
+// they arrived even when the clock gives two of them the same µs (a tie
+// would go to the random part of the ids).
+func (c *Client) stamp() int64 {
+	for {
+		last := c.stamped.Load()
+		now := max(time.Now().UnixMicro(), last+1)
+		if c.stamped.CompareAndSwap(last, now) {
+			return now
+		}
 	}
 }
 

@@ -230,9 +230,15 @@ func heldWithWaiter(ctx context.Context, t *testing.T, c *Client, admin []*redis
 // satisfy ok.
 func listedHere(t *testing.T, c *Client, resource string, ok func([]fair.State) bool) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		return c.line.Inspect("lock:"+resource, ok)
-	}, 5*time.Second, time.Millisecond, "the waiters of this client are not listed as expected")
+	var last atomic.Pointer[[]fair.State] // Eventually's condition runs in a goroutine of its own
+	if !assert.Eventually(t, func() bool {
+		return c.line.Inspect("lock:"+resource, func(ws []fair.State) bool {
+			last.Store(&ws)
+			return ok(ws)
+		})
+	}, 5*time.Second, time.Millisecond) {
+		t.Fatalf("the waiters of this client are not listed as expected: last seen %+v", *last.Load())
+	}
 }
 
 // lockEverywhere takes *res with c and returns once its key is on every

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"quorumlock.dev/redlock/internal/fair"
 	"testing"
 	"testing/synctest"
@@ -52,15 +53,19 @@ func newLostPassWorld(ctx context.Context, t *testing.T, bTTL time.Duration) los
 	return lostPassWorld{servers: servers, c: c, h: h, a: a.l, b: b, other: other}
 }
 
-// heldBy reports whether every master's key holds l's token.
+// heldBy reports whether a majority of the masters' keys hold l's token.
+// Not every master: an Unlock returns once a majority released, and the
+// waiter it nudges may reach a master before the rest of the release does
+// (its SET NX fails there, and the release then frees that master).
 func (w lostPassWorld) heldBy(l *Lock) bool {
 	synctest.Wait()
+	held := 0
 	for _, s := range w.servers {
-		if v, ok := s.Get(l.key); !ok || v != l.Token() {
-			return false
+		if v, ok := s.Get(l.key); ok && v == l.Token() {
+			held++
 		}
 	}
-	return true
+	return held > len(w.servers)/2
 }
 
 // notPassed checks that B did not get the lock while the other client holds
@@ -82,7 +87,7 @@ func (w lostPassWorld) notPassed(ctx context.Context, t *testing.T, ol *Lock) {
 	got := <-w.b
 	require.NoError(t, got.err)
 	assert.NotEqual(t, w.a.Token(), got.l.Token(), "B holds A's dead lock")
-	assert.True(t, w.heldBy(got.l), "B's key is not on every master")
+	assert.True(t, w.heldBy(got.l), "B's key is not on a majority of the masters")
 	require.NoError(t, got.l.Unlock(ctx))
 }
 
@@ -100,6 +105,7 @@ func TestLostLockNotPassedOn(t *testing.T) {
 		stop()
 		require.Error(t, w.a.Extend(ended, time.Minute))
 		assertClosed(t, w.a.Done(), "a failed Extend did not end the lock")
+		synctest.Wait() // the release of calls still out lands in the background
 		ol, err := w.other.TryLock(ctx, lostRes, time.Minute)
 		require.NoError(t, err, "the failed Extend left A's keys on the masters")
 
@@ -131,10 +137,45 @@ func TestLostLockNotPassedOnByRenewer(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(w.a.Context()), ErrNoProgress)
 		assert.NotEqual(t, w.a.Token(), got.l.Token(), "the renewer's Unlock passed A's lost lock on to B")
 		assert.Equal(t, uint64(1), w.c.passed.Load(), "a lock that ended was passed on")
-		assert.True(t, w.heldBy(got.l), "B's key is not on every master")
+		assert.True(t, w.heldBy(got.l), "B's key is not on a majority of the masters")
 		_, err := w.other.TryLock(ctx, lostRes, time.Minute)
 		assert.ErrorIs(t, err, ErrNotAcquired, "another client took the lock B holds")
 		assert.ErrorIs(t, w.a.Unlock(ctx), ErrLockNotHeld)
 		require.NoError(t, got.l.Unlock(ctx))
+	})
+}
+
+// TestSameInstantWaitersLineUpInArrivalOrder: two Lock calls of one client
+// that queue in the same microsecond (virtual time stands still here; a
+// coarse clock does the same) line up in the order they arrived. Their ids
+// once tied on the stamp and went by their random part: half the time the
+// later call was ahead, a pass went to it, and the earlier one's attempts
+// covered a waiter listed before it.
+func TestSameInstantWaitersLineUpInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, masters := memMasters(3)
+		c := virtualClient(t, polling(masters), WithFairness(3*time.Second))
+		for i := range 16 {
+			start := time.Now()
+			res := fmt.Sprintf("job-%d", i)
+			h, err := c.TryLock(ctx, res, time.Minute)
+			require.NoError(t, err)
+			first := lockAsync(ctx, c, res, time.Minute)
+			synctest.Wait() // its first attempt lost, and it sleeps, listed
+			second := lockAsync(ctx, c, res, time.Minute)
+			synctest.Wait() // it queued behind the first, here only
+			require.Equal(t, start, time.Now(), "virtual time moved: the calls did not queue in one instant")
+			listedHere(t, c, res, func(ws []fair.State) bool {
+				return len(ws) == 2 && ws[0].Attempts == 1 && ws[1].Never
+			})
+			require.NoError(t, h.Unlock(ctx))
+			f := <-first
+			require.NoError(t, f.err, "the first caller")
+			require.NoError(t, f.l.Unlock(ctx))
+			s := <-second
+			require.NoError(t, s.err, "the second caller")
+			require.NoError(t, s.l.Unlock(ctx))
+		}
 	})
 }
