@@ -27,6 +27,10 @@ import (
 // not all send their SETs at the same instant.
 const wakeJitter = time.Millisecond
 
+// maxWakeBackoff bounds the random wait before an attempt after
+// consecutive wake-ups that each led to a lost attempt (see afterWake).
+const maxWakeBackoff = 16 * time.Millisecond
+
 // lockWait is one Lock or LockAll call between its attempts: the wait
 // policy. The plain policy (w alone) is made at the first attempt lost to a
 // holder; the fair one (w and q) too, or at once when waiters of this
@@ -44,6 +48,7 @@ type lockWait struct {
 	handed   *Lock        // one it handed us, not taken yet
 	took     *Lock        // the lock this call returns
 	won      *quorum.Round
+	woken    int // sleeps in a row that a release cut short (see afterWake)
 }
 
 // wait is the loop of Lock and LockAll: attempt (or take a lock handed
@@ -151,6 +156,9 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 	} else {
 		l = newLock(c, lw.resource, newToken())
 	}
+	if lw.w != nil {
+		lw.w.SetOwn(l.token)
+	}
 	l, round, err = c.attemptLock(ctx, l, lw.ttl, q)
 	if q != nil {
 		c.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
@@ -203,8 +211,35 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 	}
 	select {
 	case <-lw.timer.C:
+		lw.woken = 0
 	case <-wake:
+		return lw.afterWake(ctx, err)
 	case lw.handed = <-lw.grant:
+		lw.woken = 0
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	}
+	return nil
+}
+
+// afterWake follows a release that cut the sleep short. The first one in a
+// row goes straight to an attempt: the fastest way to a released lock.
+// When the attempt it led to lost as well, the releases may be those of
+// other waiters that lost with us (the votes split): each next one waits
+// a random part of a window that grows by wakeJitter per wake, up to
+// maxWakeBackoff, so that the waiters stop trying in step. Without it, two
+// waiters whose attempts kept splitting the masters woke each other for
+// ever, in the simulator in one instant of virtual time.
+func (lw *lockWait) afterWake(ctx context.Context, err error) error {
+	lw.woken++
+	if lw.woken == 1 {
+		return nil
+	}
+	lw.timer.Reset(rand.N(min(time.Duration(lw.woken-1)*wakeJitter, maxWakeBackoff)))
+	select {
+	case <-lw.timer.C:
+	case lw.handed = <-lw.grant:
+		lw.woken = 0
 	case <-ctx.Done():
 		return errors.Join(err, ctx.Err())
 	}

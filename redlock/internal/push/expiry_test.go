@@ -56,3 +56,25 @@ func TestWakeAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnReleaseDoesNotWake: the release of the waiter's own attempt's
+// token, plain or as a handoff naming the waiter, is not worth waking for;
+// another token's is.
+func TestOwnReleaseDoesNotWake(t *testing.T) {
+	w := &Waiter{wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	w.SetOwn("mine")
+	if w.wants("mine") {
+		t.Error("woke on the release of its own attempt")
+	}
+	w.SetID("me")
+	if w.wants("mine/me") {
+		t.Error("woke on its own release handing the key to it")
+	}
+	if !w.wants("theirs/me") {
+		t.Error("did not wake on another holder's handoff to it")
+	}
+	w.SetID("")
+	if !w.wants("theirs") {
+		t.Error("did not wake on another holder's release")
+	}
+}

@@ -71,6 +71,7 @@ type Waiter struct {
 
 	mu     sync.Mutex
 	holder string // wake only on this token's release; "": on any
+	own    string // the token of its own attempt, whose undo is no reason to wake
 	id     string // queued (fair): wake only on a handoff to this id
 	got    int    // queued: releases worth waking for since the last attempt
 	need   int    // queued: how many releases make a majority free; 0: any one
@@ -379,6 +380,9 @@ func (w *Waiter) wants(msg string) bool {
 	token, head, handoff := strings.Cut(msg, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if token == w.own {
+		return false
+	}
 	wanted := w.holder == "" || w.holder == token
 	if handoff && w.id != "" {
 		wanted = head == w.id
@@ -418,6 +422,17 @@ func (w *Waiter) SetID(id string) {
 func (w *Waiter) SetHolder(token string) {
 	w.mu.Lock()
 	w.holder = token
+	w.mu.Unlock()
+}
+
+// SetOwn tells w the token of the attempt it is about to make. The release
+// of that token is the attempt's own undo (it lost and frees the keys it
+// won): it frees nothing for w, and waking on it would have w try again at
+// once, lose the same way and wake itself again, without end while the
+// masters stay as they are.
+func (w *Waiter) SetOwn(token string) {
+	w.mu.Lock()
+	w.own = token
 	w.mu.Unlock()
 }
 
