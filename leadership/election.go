@@ -109,8 +109,8 @@ func WithObserveInterval(d time.Duration) Option {
 func WithHooks(h Hooks) Option { return func(c *config) { c.hooks = h } }
 
 // Hooks are told of terms, for metrics and logs. Each is optional (nil is
-// off). They are called from the term's goroutine: they must be safe for
-// concurrent use and return quickly. A role is a label the user chose, so
+// off). They are called from Campaign and the term's goroutine: they must be
+// safe for concurrent use and return quickly. A role is a label the user chose, so
 // a gauge of leaders per role stays bounded.
 type Hooks struct {
 	// TermStarted: this candidate was elected for role with fence.
@@ -119,8 +119,9 @@ type Hooks struct {
 	// (no progress, a failed health check or extension, the lease ran out);
 	// reason is the cause of its context. TermEnded follows.
 	RenewalFailed func(role string, reason error)
-	// TermEnded: the term of role with fence ended, its lock released;
-	// cause is the cause of its context ([ErrResigned] after Resign).
+	// TermEnded: the term of role with fence ended, before its lock is
+	// released; cause is the cause of its context ([ErrResigned] after
+	// Resign). redlockprom.Leaders gauges terms with these two hooks.
 	TermEnded func(role string, fence uint64, cause error)
 }
 

@@ -125,19 +125,20 @@ func (t *Term) checkHealth(bound time.Duration) {
 	}
 }
 
-// end runs once the term's context ended, before anyone else can lead
-// (but for the lease running out, which frees the role when the masters'
-// keys expire): withdraw the record, then release the lock.
+// end runs once the term's context ended: the hooks first, so that a
+// gauge drops before anyone else can lead (but for the lease running out,
+// which frees the role when the masters' keys expire), then the record is
+// withdrawn and the lock released.
 func (t *Term) end(cause error) {
 	h := t.e.cfg.hooks
 	if !errors.Is(cause, ErrResigned) && h.RenewalFailed != nil {
 		h.RenewalFailed(t.e.role, cause)
 	}
+	if h.TermEnded != nil {
+		h.TermEnded(t.e.role, t.fence, cause)
+	}
 	t.e.withdraw(t.record)
 	// Bounded by the node timeout whatever the context; after a loss it
 	// frees what keys are left and says the lock was not held.
 	_ = t.lk.Unlock(context.Background())
-	if h.TermEnded != nil {
-		h.TermEnded(t.e.role, t.fence, cause)
-	}
 }

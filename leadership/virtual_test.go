@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,6 +20,7 @@ import (
 	"quorumlock.dev/internal/memredis"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
+	"quorumlock.dev/redlock/redlockprom"
 )
 
 // Tests of the election's logic in virtual time: in-memory masters
@@ -379,5 +381,62 @@ func TestNewInvalid(t *testing.T) {
 			assert.ErrorIs(t, err, leadership.ErrInvalidArgument, name)
 			assert.Nil(t, e, name)
 		}
+	})
+}
+
+// TestHooksGauge: the hooks drive redlockprom's leader gauge; a term's end
+// is told before the next term of the role starts.
+func TestHooksGauge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		leaders, err := redlockprom.NewLeaders("quorumlock", "relay")
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var events []string
+		hooks := func(id string) leadership.Hooks {
+			return leadership.Hooks{
+				TermStarted: func(role string, f uint64) {
+					mu.Lock()
+					events = append(events, fmt.Sprintf("%s started %d", id, f))
+					mu.Unlock()
+					leaders.TermStarted(role, f)
+				},
+				TermEnded: func(role string, f uint64, cause error) {
+					mu.Lock()
+					events = append(events, fmt.Sprintf("%s ended %d: %v", id, f, cause))
+					mu.Unlock()
+					leaders.TermEnded(role, f, cause)
+				},
+			}
+		}
+		a := c.candidate(t, "a", leadership.WithHooks(hooks("a")))
+		b := c.candidate(t, "b", leadership.WithHooks(hooks("b")))
+		gauge := func() float64 {
+			return testutil.ToFloat64(leaders)
+		}
+		ctx := context.Background()
+		ta, err := a.Campaign(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1.0, gauge())
+		got := make(chan *leadership.Term)
+		go func() {
+			tb, err := b.Campaign(ctx)
+			assert.NoError(t, err)
+			got <- tb
+		}()
+		synctest.Wait()
+		require.NoError(t, ta.Resign(ctx))
+		tb := <-got
+		assert.Equal(t, 1.0, gauge())
+		require.NoError(t, tb.Resign(ctx))
+		assert.Equal(t, 0.0, gauge())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{
+			fmt.Sprintf("a started %d", ta.Fence()),
+			fmt.Sprintf("a ended %d: %v", ta.Fence(), leadership.ErrResigned),
+			fmt.Sprintf("b started %d", tb.Fence()),
+			fmt.Sprintf("b ended %d: %v", tb.Fence(), leadership.ErrResigned),
+		}, events)
 	})
 }
