@@ -440,3 +440,70 @@ func TestHooksGauge(t *testing.T) {
 		}, events)
 	})
 }
+
+// TestFailedExtensionEndsTerm: a leader that shows progress but cannot
+// extend (two of three masters fail) loses its term at once, with the
+// extension's error as the cause, long before its keys expire on the
+// masters that kept them; the next leader is elected after that.
+func TestFailedExtensionEndsTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		a, b := c.candidate(t, "a"), c.candidate(t, "b")
+		ctx := context.Background()
+		ta, err := a.Campaign(ctx)
+		require.NoError(t, err)
+		loop := make(chan struct{})
+		go func() { // a healthy leader's work loop
+			defer close(loop)
+			for ta.Context().Err() == nil {
+				ta.Progress()
+				time.Sleep(ttl / 10)
+			}
+		}()
+		got := make(chan *leadership.Term)
+		go func() { // b waits for the role all along
+			tb, err := b.Campaign(ctx)
+			assert.NoError(t, err)
+			select {
+			case <-ta.Done():
+			default:
+				t.Error("b was elected while a's term was alive")
+			}
+			got <- tb
+		}()
+		time.Sleep(3 * ttl)
+		require.NoError(t, ta.Context().Err(), "a lost its term while renewing")
+		down := errors.New("master down")
+		c.servers[0].Fail(down)
+		c.servers[1].Fail(down)
+		failedAt := time.Now()
+		<-ta.Done()
+		assert.LessOrEqual(t, time.Since(failedAt), ttl, "the term outlived its lease")
+		cause := context.Cause(ta.Context())
+		assert.ErrorIs(t, cause, redlock.ErrLockLost)
+		c.servers[0].Fail(nil)
+		c.servers[1].Fail(nil)
+		tb := <-got
+		assert.Greater(t, tb.Fence(), ta.Fence())
+		require.NoError(t, tb.Resign(ctx))
+		<-loop
+	})
+}
+
+// TestMaxTerm: WithMaxTerm ends a term that keeps making progress, and the
+// cause says so.
+func TestMaxTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		a := c.candidate(t, "a", leadership.WithMaxTerm(3*ttl))
+		start := time.Now()
+		ta, err := a.Campaign(context.Background())
+		require.NoError(t, err)
+		for ta.Context().Err() == nil {
+			ta.Progress()
+			time.Sleep(ttl / 10)
+		}
+		assert.LessOrEqual(t, time.Since(start), 3*ttl+ttl/10)
+		assert.ErrorIs(t, context.Cause(ta.Context()), redlock.ErrMaxHold)
+	})
+}
