@@ -89,8 +89,9 @@ func WithIdentity(id string) Option {
 
 // WithHealth makes the term call check every fifth of the TTL: a nil error
 // counts as progress ([Term.Progress]), an error ends the term at once with
-// a cause wrapping [ErrUnhealthy]. Each call is bounded by that interval.
-// Without it, the leader must call Term.Progress itself.
+// a cause wrapping [ErrUnhealthy]. Each call gets a context that ends after
+// that interval, and must return when it ends. Without it, the leader must
+// call Term.Progress itself.
 func WithHealth(check func(ctx context.Context) error) Option {
 	return func(c *config) { c.health, c.healthWasNil = check, check == nil }
 }
