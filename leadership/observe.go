@@ -10,8 +10,8 @@ import (
 )
 
 // Observe returns a channel that receives who leads the role (the zero Info
-// when nobody does) at once, then at each change, until ctx ends; it is
-// then closed. It reads [Election.Leader] when a master pushes a change (a
+// when nobody does) at the first read that succeeds, then at each change,
+// until ctx ends; it is then closed. It reads [Election.Leader] when a master pushes a change (a
 // term that starts or resigns publishes on the record's key, to masters that
 // can subscribe) and every observe interval otherwise: a term that lapsed
 // without resigning is seen within one interval. Its goroutines (one, plus
