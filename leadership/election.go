@@ -55,16 +55,15 @@ const (
 type Option func(*config)
 
 type config struct {
-	ttl           time.Duration
-	maxTerm       time.Duration
-	identity      string
-	health        func(ctx context.Context) error
-	nodeTimeout   time.Duration
-	observeEvery  time.Duration
-	hooks         Hooks
-	identitySet   bool
-	healthWasNil  bool
-	maxTermWasBad bool
+	ttl          time.Duration
+	maxTerm      time.Duration
+	identity     string
+	identitySet  bool
+	health       func(ctx context.Context) error
+	healthSet    bool
+	nodeTimeout  time.Duration
+	observeEvery time.Duration
+	hooks        Hooks
 }
 
 // WithTTL sets the TTL of the lock behind a term (default 10 s): the
@@ -75,10 +74,7 @@ func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } 
 // WithMaxTerm ends every term after at most d (0, the default: no cap),
 // handing the role on: a way to rotate leaders.
 func WithMaxTerm(d time.Duration) Option {
-	return func(c *config) {
-		c.maxTerm = d
-		c.maxTermWasBad = d < 0
-	}
+	return func(c *config) { c.maxTerm = d }
 }
 
 // WithIdentity sets the value that [Election.Leader] reports while this
@@ -93,7 +89,7 @@ func WithIdentity(id string) Option {
 // that interval, and must return when it ends. Without it, the leader must
 // call Term.Progress itself.
 func WithHealth(check func(ctx context.Context) error) Option {
-	return func(c *config) { c.health, c.healthWasNil = check, check == nil }
+	return func(c *config) { c.health, c.healthSet = check, true }
 }
 
 // WithNodeTimeout bounds each call to one master made by this package (the
@@ -189,9 +185,9 @@ func validate(c *redlock.Client, masters []driver.Conn, role string, cfg *config
 		return invalid("role %q holds a control character", role)
 	case cfg.identitySet && cfg.identity == "":
 		return invalid("an empty identity")
-	case cfg.healthWasNil:
+	case cfg.healthSet && cfg.health == nil:
 		return invalid("a nil health check")
-	case cfg.maxTermWasBad:
+	case cfg.maxTerm < 0:
 		return invalid("max term %v is negative", cfg.maxTerm)
 	case cfg.nodeTimeout <= 0:
 		return invalid("node timeout %v is not positive", cfg.nodeTimeout)
