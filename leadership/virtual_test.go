@@ -18,6 +18,7 @@ import (
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/boottime"
 	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/pgtest"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 	"quorumlock.dev/redlock/redlockprom"
@@ -31,7 +32,12 @@ import (
 
 func TestMain(m *testing.M) {
 	boottime.Virtual() // the machine's boot clock does not move in a bubble
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := pgtest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 const ttl = 2 * time.Second
