@@ -513,3 +513,50 @@ func TestMaxTerm(t *testing.T) {
 		assert.ErrorIs(t, context.Cause(ta.Context()), redlock.ErrMaxHold)
 	})
 }
+
+// plainConn hides a master's optional capabilities: no subscriptions.
+type plainConn struct{ driver.Conn }
+
+// TestObserveWithoutPush: on masters that cannot subscribe, Observe sees
+// changes by polling, within one interval; Leader answers with one master
+// of three down, and says nobody leads, with the masters' errors, with two.
+func TestObserveWithoutPush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		a := c.candidate(t, "a")
+		var plain []driver.Conn
+		for _, m := range c.masters {
+			plain = append(plain, plainConn{m})
+		}
+		watcher, err := leadership.New(c.client(t), plain, "relay", leadership.WithObserveInterval(time.Second))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		changes := watcher.Observe(ctx)
+		assert.Equal(t, leadership.Info{}, <-changes)
+
+		time.Sleep(time.Second / 2)
+		ta, err := a.Campaign(ctx)
+		require.NoError(t, err)
+		start := time.Now()
+		assert.Equal(t, leadership.Info{Identity: "a", Fence: ta.Fence()}, <-changes)
+		assert.Equal(t, time.Second/2, time.Since(start), "seen at the next poll")
+
+		down := errors.New("master down")
+		c.servers[0].Fail(down)
+		info, err := watcher.Leader(ctx)
+		require.NoError(t, err, "one master of three down")
+		assert.Equal(t, "a", info.Identity)
+		c.servers[1].Fail(down)
+		_, err = watcher.Leader(ctx)
+		assert.ErrorIs(t, err, leadership.ErrNoLeader)
+		assert.ErrorIs(t, err, down)
+		c.servers[0].Fail(nil)
+		c.servers[1].Fail(nil)
+
+		require.NoError(t, ta.Resign(ctx))
+		cancel()
+		for range changes {
+		}
+	})
+}
