@@ -560,3 +560,38 @@ func TestObserveWithoutPush(t *testing.T) {
 		}
 	})
 }
+
+// TestSteadyCost: what a healthy term costs each master, counted over 20
+// virtual seconds (10 TTLs of 2 s): the leader's extensions, and what a
+// candidate that waits meanwhile sends. docs/leadership.md, "Cost on a
+// healthy system", quotes it.
+func TestSteadyCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		a, b := c.candidate(t, "a"), c.candidate(t, "b")
+		ctx, cancel := context.WithCancel(context.Background())
+		ta, err := a.Campaign(ctx)
+		require.NoError(t, err)
+		waiting := make(chan struct{})
+		go func() {
+			defer close(waiting)
+			_, err := b.Campaign(ctx)
+			assert.ErrorIs(t, err, context.Canceled)
+		}()
+		m := c.servers[0]
+		extend := "-- Compare-and-pexpire: give the lock keys a new TTL only while every one still holds our token."
+		holder := "-- Who holds the lock key, and for how long: read by a waiter that lost an attempt."
+		sets, extends, holders := m.Calls("set"), m.Calls(extend), m.Calls(holder)
+		for range 200 {
+			time.Sleep(ttl / 20)
+			ta.Progress()
+		}
+		sets, extends, holders = m.Calls("set")-sets, m.Calls(extend)-extends, m.Calls(holder)-holders
+		t.Logf("per master in 10 TTLs: %d extensions by the leader; %d SET NX and %d holder reads by a waiting candidate", extends, sets, holders)
+		assert.InDelta(t, 15, extends, 1, "one extension every two thirds of a lease")
+		assert.LessOrEqual(t, sets, extends+1, "the waiting candidate tries more than once per extension")
+		cancel()
+		<-waiting
+		require.NoError(t, ta.Resign(context.Background()))
+	})
+}
