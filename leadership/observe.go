@@ -11,12 +11,13 @@ import (
 
 // Observe returns a channel that receives who leads the role (the zero Info
 // when nobody does) at the first read that succeeds, then at each change,
-// until ctx ends; it is then closed. It reads [Election.Leader] when a master pushes a change (a
-// term that starts or resigns publishes on the record's key, to masters that
-// can subscribe) and every observe interval otherwise: a term that lapsed
-// without resigning is seen within one interval. Its goroutines (one, plus
-// one per subscribing master) end with ctx; a receiver that does not keep
-// up holds them, not the election. Reads that fail keep the last value.
+// until ctx ends; it is then closed. It reads [Election.Leader] when a
+// master pushes a change (a term that starts or ends publishes on the
+// record's key, to masters that can subscribe) and every observe interval
+// otherwise: the end of a leader that died is seen within one interval of
+// its keys' expiry. Its goroutines (one, plus one per subscribing master)
+// end with ctx; a receiver that does not keep up holds them, not the
+// election. Reads that fail keep the last value.
 func (e *Election) Observe(ctx context.Context) <-chan Info {
 	out := make(chan Info)
 	wake := make(chan struct{}, 1)
