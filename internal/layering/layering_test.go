@@ -40,6 +40,8 @@ var allowed = map[string][]string{
 	"redlock/internal/watch": {"driver", "internal/clockdrift"},
 	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
+	// Leadership, on the lock's public API.
+	"leadership": {"driver", "redlock"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
 	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "redlock"},
@@ -56,7 +58,7 @@ var allowed = map[string][]string{
 
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
-var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom",
+var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
 	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
