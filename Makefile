@@ -2,8 +2,7 @@
 # servers the tests need are installed here when missing.
 
 GO      ?= go
-# internal/sim is left out until the hang of docs/simulation.md ("Not done yet") is understood: make sim runs it.
-PKGS    ?= $(shell $(GO) list ./... | grep -v /internal/sim$$)
+PKGS    ?= ./...
 BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,10 @@ import (
 
 	"quorumlock.dev/internal/boottime"
 )
+
+// spinLimit is the real time after which a schedule is taken to spin:
+// about 100 times the slowest seen under -race on a loaded machine.
+const spinLimit = time.Minute
 
 var (
 	seedFlag = flag.Uint64("sim.seed", 0, "replay this one seed, printing its schedule and trace")
@@ -28,6 +33,15 @@ func TestMain(m *testing.M) {
 // the replay command when an invariant broke.
 func play(t *testing.T, seed uint64, verbose bool) Result {
 	var res Result
+	// A schedule takes well under a second of real time. One that spins in
+	// one instant of virtual time never ends (its bubble cannot advance):
+	// name its seed and dump every goroutine rather than wait for the
+	// test binary's timeout, which names neither.
+	watchdog := time.AfterFunc(spinLimit, func() {
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("sim: seed %d still running after %v of real time: a goroutine spins without letting virtual time advance; replay: go test ./internal/sim -run 'TestSim$' -sim.seed %d", seed, spinLimit, seed))
+	})
+	defer watchdog.Stop()
 	synctest.Test(t, func(t *testing.T) {
 		res = Run(Draw(seed, DefaultConfig))
 	})
