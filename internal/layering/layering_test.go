@@ -44,7 +44,7 @@ var allowed = map[string][]string{
 	"leadership": {"driver", "redlock"},
 	// Test harnesses.
 	"internal/memredis":                {"driver"},
-	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "redlock"},
+	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "leadership", "redlock"},
 	"internal/childproc":               nil,
 	"internal/childproc/childproctest": {"internal/childproc"},
 	"internal/redisserver":             {"internal/childproc"},

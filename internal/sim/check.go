@@ -48,6 +48,31 @@ func (r *run) check() {
 		}
 	}
 
+	// Leadership: a term's fence is never handed out twice; outside the
+	// documented failure modes, a term begins only once the one before it
+	// has ended (its context closed), and fences rise with the terms.
+	terms := slices.Clone(r.res.Terms)
+	slices.SortFunc(terms, func(a, b term) int { return a.start.Compare(b.start) })
+	fences := make(map[uint64]term)
+	for i, t := range terms {
+		if o, dup := fences[t.fence]; dup {
+			r.violation("term fence %d handed out twice: to c%d at %v and c%d at %v", t.fence, o.client, r.at(o.start), t.client, r.at(t.start))
+		}
+		fences[t.fence] = t
+		if i == 0 || r.s.Unsafe() {
+			continue
+		}
+		for _, o := range terms[:i] {
+			if t.start.Before(o.end) {
+				r.violation("two leaders: c%d's term (fence %d) began at %v, before c%d's (fence %d) ended at %v",
+					t.client, t.fence, r.at(t.start), o.client, o.fence, r.at(o.end))
+			}
+			if t.fence <= o.fence {
+				r.violation("term fences out of order: %d (c%d at %v) after %d (c%d at %v)", t.fence, t.client, r.at(t.start), o.fence, o.client, r.at(o.start))
+			}
+		}
+	}
+
 	// The guard: in the order the store applied them, an admitted write
 	// never carries a fence below one admitted before it, and the last
 	// admitted write is what the store keeps.

@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 )
 
@@ -37,12 +38,21 @@ type holding struct {
 	end            time.Time // the worker was done with it and called Unlock
 }
 
+// term is one leadership term of a client's candidate.
+type term struct {
+	client int
+	fence  uint64
+	start  time.Time // Campaign returned it
+	end    time.Time // its Done closed
+}
+
 // Result is what one schedule did and what the checker found.
 type Result struct {
 	Schedule   Schedule
 	Holdings   []holding
 	Attempts   int // calls that asked for a lock
 	Writes     []write
+	Terms      []term // leadership terms, as the candidates saw them
 	Violations []string
 	Trace      []string
 	Simulated  time.Duration // virtual time from start to end
@@ -78,6 +88,7 @@ func Run(s Schedule) Result {
 	r.res.Schedule = s
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clients := make([]*redlock.Client, cfg.Clients)
+	links := make([][]driver.Conn, cfg.Clients)
 	for i := range clients {
 		// A counter per client, as each process has its own: what one
 		// process minted does not guard another's.
@@ -91,7 +102,8 @@ func Run(s Schedule) Result {
 		if s.Fair[i] {
 			opts = append(opts, redlock.WithFairness(time.Second))
 		}
-		c, err := redlock.New(r.w.Links(i), opts...)
+		links[i] = r.w.Links(i)
+		c, err := redlock.New(links[i], opts...)
 		if err != nil {
 			r.violation("client %d: %v", i, err)
 			return r.res
@@ -110,6 +122,15 @@ func Run(s Schedule) Result {
 		close(faults)
 	}()
 	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		e, err := leadership.New(clients[c], links[c], "relay", leadership.WithTTL(cfg.TTL),
+			leadership.WithNodeTimeout(nodeTimeout), leadership.WithIdentity(fmt.Sprintf("c%d", c)))
+		if err != nil {
+			r.violation("client %d: leadership: %v", c, err)
+			continue
+		}
+		wg.Go(func() { r.candidate(e, c, termsPerCandidate) })
+	}
 	for c := range cfg.Clients {
 		for k := range workersPerClient {
 			cycles := cfg.Cycles / workersPerClient
@@ -267,6 +288,61 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	}
 }
 
+// termsPerCandidate is how many terms each client's candidate serves.
+const termsPerCandidate = 2
+
+// candidate campaigns for the role "relay" until it has served terms
+// terms (or its campaigns keep failing): a leader relays (fenced writes to
+// data:relay, each followed by Progress) for a while, then resigns, or
+// stops showing progress and loses the term when its renewal finds none.
+func (r *run) candidate(e *leadership.Election, client, terms int) {
+	cfg := r.s.Config
+	rng := rand.New(rand.NewPCG(r.s.Seed, uint64(1000+client)))
+	for tries := 0; terms > 0 && tries < 4*termsPerCandidate; tries++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.TTL)
+		t, err := e.Campaign(ctx)
+		cancel()
+		if err != nil {
+			r.event("c%d campaign: %v", client, kindOf(err))
+			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+			continue
+		}
+		terms--
+		tm := term{client: client, fence: t.Fence(), start: time.Now()}
+		r.event("c%d leads with fence %d", client, tm.fence)
+		ended := make(chan time.Time, 1)
+		go func() {
+			<-t.Done()
+			ended <- time.Now()
+		}()
+		stuck := rng.IntN(3) == 0 // stops showing progress: the term must end by itself
+		for range 1 + rng.IntN(5) {
+			time.Sleep(time.Duration(rng.IntN(int(cfg.TTL/time.Millisecond)/3+1)) * time.Millisecond)
+			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+			err := r.w.guarded(wctx, "data:relay", tm.fence, func(ctx context.Context, store driver.Conn) error {
+				return r.guard.Set(ctx, store, "data:relay", fmt.Sprintf("c%d", client), tm.fence, 0)
+			})
+			wcancel()
+			if err != nil && !errors.Is(err, fence.ErrFenceRejected) {
+				r.violation("c%d: the store failed a leader's write: %v", client, err)
+			}
+			if !stuck {
+				t.Progress()
+			}
+		}
+		if stuck {
+			tm.end = <-ended
+		} else {
+			_ = t.Resign(context.Background())
+			tm.end = <-ended
+		}
+		r.event("c%d term of fence %d ended: %v", client, tm.fence, kindOf(context.Cause(t.Context())))
+		r.mu.Lock()
+		r.res.Terms = append(r.res.Terms, tm)
+		r.mu.Unlock()
+	}
+}
+
 // hold is one critical section of l.
 func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *rand.Rand) {
 	cfg := r.s.Config
@@ -352,7 +428,7 @@ func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
 // kindOf names an error by its sentinel, for the trace: no token, no address.
 func kindOf(err error) string {
 	for _, e := range []error{redlock.ErrNotAcquired, redlock.ErrQuorumUnavailable, redlock.ErrFenceUnavailable,
-		redlock.ErrLockNotHeld, redlock.ErrLockLost, context.DeadlineExceeded} {
+		redlock.ErrLockNotHeld, redlock.ErrNoProgress, redlock.ErrLockLost, leadership.ErrResigned, context.DeadlineExceeded} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

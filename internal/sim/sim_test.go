@@ -89,7 +89,7 @@ func TestSim(t *testing.T) {
 	if *nFlag > 0 {
 		n = *nFlag
 	}
-	var ran, holdings, violated atomic.Int64
+	var ran, holdings, terms, violated atomic.Int64
 	var simulated atomic.Int64
 	start := time.Now()
 	t.Run("seeds", func(t *testing.T) {
@@ -103,6 +103,7 @@ func TestSim(t *testing.T) {
 				res := play(t, seed, false)
 				ran.Add(1)
 				holdings.Add(int64(len(res.Holdings)))
+				terms.Add(int64(len(res.Terms)))
 				simulated.Add(int64(res.Simulated))
 				if len(res.Violations) > 0 {
 					violated.Add(1)
@@ -114,7 +115,37 @@ func TestSim(t *testing.T) {
 		}
 	})
 	wall := time.Since(start)
-	t.Logf("%d schedules (seeds from %d) in %v: %.0f schedules/min, %d locks held, %.0f simulated seconds per wall second, %d with violations",
-		ran.Load(), base, wall.Round(time.Millisecond), float64(ran.Load())/wall.Minutes(), holdings.Load(),
+	if ran.Load() > 0 && terms.Load() == 0 {
+		t.Errorf("no schedule elected a leader: the leadership invariants checked nothing")
+	}
+	t.Logf("%d schedules (seeds from %d) in %v: %.0f schedules/min, %d locks held, %d leadership terms, %.0f simulated seconds per wall second, %d with violations",
+		ran.Load(), base, wall.Round(time.Millisecond), float64(ran.Load())/wall.Minutes(), holdings.Load(), terms.Load(),
 		time.Duration(simulated.Load()).Seconds()/wall.Seconds(), violated.Load())
+}
+
+// TestCheckerSeesTwoLeaders: the leadership invariants fail on terms that
+// overlap, on fences out of order and on a fence given twice (a checker
+// that cannot fail proves nothing).
+func TestCheckerSeesTwoLeaders(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name  string
+		terms []term
+		want  string
+	}{
+		{"overlap", []term{{client: 0, fence: 1, start: at(0), end: at(100)}, {client: 1, fence: 2, start: at(50), end: at(200)}}, "two leaders"},
+		{"order", []term{{client: 0, fence: 5, start: at(0), end: at(100)}, {client: 1, fence: 4, start: at(100), end: at(200)}}, "out of order"},
+		{"twice", []term{{client: 0, fence: 3, start: at(0), end: at(100)}, {client: 1, fence: 3, start: at(100), end: at(200)}}, "handed out twice"},
+		{"fine", []term{{client: 0, fence: 3, start: at(0), end: at(100)}, {client: 1, fence: 4, start: at(100), end: at(200)}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &run{start: at(0), w: NewWorld(1)}
+			r.res.Terms = tc.terms
+			r.check()
+			got := strings.Join(r.res.Violations, "\n")
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("violations %q, want one with %q", got, tc.want)
+			}
+		})
+	}
 }
