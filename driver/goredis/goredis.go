@@ -71,6 +71,9 @@ func Unwrap(c driver.Conn) Client {
 type conn struct{ c Client }
 
 func (a conn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil { // an AutoPipeliner would send it
+		return false, err
+	}
 	err := a.c.Process(ctx, redis.NewStatusCmd(ctx, "set", key, value, "px", boxMS(ttl), "nx"))
 	switch {
 	case err == nil:
@@ -82,6 +85,9 @@ func (a conn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (
 }
 
 func (a conn) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	b := boxed(s)
 	v, err := a.eval(ctx, "evalsha", b.sha, keys, args)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // also when a hook wrapped it
@@ -90,7 +96,30 @@ func (a conn) Eval(ctx context.Context, s *driver.Script, keys []string, args ..
 	if err != nil {
 		return nil, convert(err)
 	}
+	if err := checkReply(v); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+// checkReply refuses a script's reply of a type the seam does not carry:
+// a RESP3 double, map, set or boolean (from a script that asks for one).
+func checkReply(v any) error {
+	switch v := v.(type) {
+	case int64, string:
+		return nil
+	case []any:
+		for _, e := range v {
+			if e == nil {
+				continue
+			}
+			if err := checkReply(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("goredis: %w: %v (%T) from a script", driver.ErrUnexpectedReply, v, v)
 }
 
 // op and script are boxed already: a constant and a cached value cost no
@@ -107,6 +136,9 @@ func (a conn) eval(ctx context.Context, op, script any, keys []string, args []an
 }
 
 func (a conn) Info(ctx context.Context, section string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	args := []any{"info"}
 	if section != "" {
 		args = append(args, section)
@@ -117,12 +149,18 @@ func (a conn) Info(ctx context.Context, section string) (string, error) {
 }
 
 func (a conn) Time(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
 	cmd := redis.NewTimeCmd(ctx, "time")
 	err := a.c.Process(ctx, cmd)
 	return cmd.Val(), convert(err)
 }
 
 func (a conn) ConfigGet(ctx context.Context, parameter string) (map[string]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	cmd := redis.NewMapStringStringCmd(ctx, "config", "get", parameter)
 	err := a.c.Process(ctx, cmd)
 	return cmd.Val(), convert(err)
