@@ -12,8 +12,9 @@ COUNT   ?= 1
 # Nested modules, each with its own go.mod so that the library's build links none of their
 # dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests;
 # cmd/redlock-bench: the CLI and its harnesses, with etcd, gonum/plot, porcupine, HdrHistogram
-# and a progress bar). ./... stops at their directories: test, lint and deps run them one by one.
-MODULES ?= fence/etcdfence cmd/redlock-bench
+# and a progress bar; driver/rueidis and driver/valkey: the adapters of those two clients).
+# ./... stops at their directories: test, lint and deps run them one by one.
+MODULES ?= fence/etcdfence cmd/redlock-bench driver/rueidis driver/valkey
 
 # Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
 # very run, so recipes that need initdb and postgres look for them when they start.
