@@ -2,9 +2,11 @@ package rueidis_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
 	rueidisdriver "quorumlock.dev/driver/rueidis"
@@ -14,11 +16,15 @@ import (
 // Three independent masters, one rueidis client each.
 func ExampleMasters() {
 	var clients []rueidis.Client
-	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"} {
+	for range 3 {
+		srv, err := miniredis.Run() // in production, three independent Redis masters
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer srv.Close()
 		c, err := rueidis.NewClient(rueidis.ClientOption{
-			InitAddress:      []string{addr},
-			DisableCache:     true,            // the lock reads nothing it could cache
-			ConnWriteTimeout: 2 * time.Second, // a hung master's connection is closed after this
+			InitAddress:  []string{srv.Addr()},
+			DisableCache: true, // the lock reads nothing it could cache
 		})
 		if err != nil {
 			log.Fatal(err)
@@ -37,5 +43,9 @@ func ExampleMasters() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Unlock(ctx)
+	fmt.Println("held:", l.Resource())
+	fmt.Println("released:", l.Unlock(ctx))
+	// Output:
+	// held: report:2026-12
+	// released: <nil>
 }
