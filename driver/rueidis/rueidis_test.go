@@ -2,10 +2,12 @@ package rueidis_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -118,4 +120,78 @@ func TestSubscribeNeedsNoIO(t *testing.T) {
 	assert.Equal(t, before+1, clients(), "a dedicated connection at the first call")
 	require.NoError(t, sub.Close())
 	assert.Error(t, sub.Subscribe(ctx, "closed"), "a closed subscription sends nothing")
+}
+
+// TestDownAtStart: with ForceSingleClient, rueidis returns a client even
+// when its server refuses the first dial. A lock command to it then fails
+// with the dial's error, which proves it was never sent.
+func TestDownAtStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	require.Error(t, err, "the first dial is refused")
+	require.NotNil(t, c, "and the client is made all the same")
+	t.Cleanup(c.Close)
+	conn := rueidisdriver.Conn(c)
+	assert.Equal(t, addr, driver.Describe(conn).Addr)
+
+	ctx := testCtx(t)
+	_, err = conn.SetNX(ctx, "k", "v", time.Hour)
+	require.Error(t, err)
+	assert.False(t, driver.Replied(err), "%v is not a reply", err)
+	var op *net.OpError
+	require.ErrorAs(t, err, &op, "a refused dial stays a *net.OpError")
+	assert.Equal(t, "dial", op.Op)
+	assert.True(t, driver.Describe(conn).NeverRetries)
+
+	_, err = conn.Eval(ctx, driver.NewScript("return 1"), nil)
+	require.ErrorAs(t, err, &op)
+	assert.Equal(t, "dial", op.Op)
+}
+
+// TestCluster: a one-node Redis Cluster, which rueidis detects. The
+// adapter says what a cluster client cannot do.
+func TestCluster(t *testing.T) {
+	srv := redistest.Start(t, redisserver.Options{Args: []string{"--cluster-enabled", "yes"}})
+	raw := redistest.Client(t, srv.Addr())
+	ctx := testCtx(t)
+	require.NoError(t, raw.Do(ctx, "cluster", "addslotsrange", 0, 16383).Err())
+	for {
+		info, err := raw.ClusterInfo(ctx).Result()
+		require.NoError(t, err)
+		if strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cluster did not come up: %s", info)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	c := client(t, srv.Addr())
+	require.Equal(t, rueidis.ClientModeCluster, c.Mode())
+	conn := rueidisdriver.Conn(c)
+
+	_, ok := conn.(driver.Subscriber)
+	assert.False(t, ok, "no push wake-up for a cluster client")
+	d := driver.Describe(conn)
+	assert.Equal(t, []string{srv.Addr()}, d.Cluster)
+	assert.Empty(t, d.Addr)
+	assert.False(t, d.NeverRetries, "a cluster client follows redirects")
+	assert.Equal(t, "cluster "+srv.Addr(), d.Label())
+	for _, s := range d.Settings {
+		if s.Name == "retries" {
+			assert.True(t, s.Warn)
+		}
+	}
+
+	ok, err := conn.SetNX(ctx, "lock:{c}a", "v", time.Hour)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	v, err := conn.Eval(ctx, driver.NewScript("return redis.call('get', KEYS[1])"), []string{"lock:{c}a"})
+	require.NoError(t, err)
+	assert.Equal(t, "v", v)
 }
