@@ -30,14 +30,18 @@ import (
 )
 
 // NewConn returns a Conn of the adapter under test to the one server at
-// addr (up when it is called), released when t ends.
+// addr, which is up when it is called; the Conn's client is closed by a
+// t.Cleanup. The suite kills, pauses and resumes servers behind it.
 type NewConn func(t *testing.T, addr string) driver.Conn
 
 // callTimeout bounds each check's calls: far above what a loaded machine
 // needs, far below the test binary's own timeout.
 const callTimeout = 30 * time.Second
 
-// Run runs every check of the suite on Conns made by newConn.
+// Run runs every check of the suite, each a subtest on servers of its own,
+// on Conns made by newConn. A capability the Conn lacks ([driver.Subscriber],
+// [driver.Inspector]) skips its subtest with a message; the lock's checks
+// need push wake-up.
 func Run(t *testing.T, newConn NewConn) {
 	t.Run("SetNX", func(t *testing.T) { testSetNX(t, newConn) })
 	t.Run("Eval", func(t *testing.T) { testEval(t, newConn) })
