@@ -388,6 +388,21 @@ func queued(t *testing.T, raws []*redis.Client, queue string, n int64) {
 	}, callTimeout, 5*time.Millisecond, "%d waiters queued in %s", n, queue)
 }
 
+// subscribed waits until channel has a subscriber on a majority of the
+// masters.
+func subscribed(t *testing.T, raws []*redis.Client, channel string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		on := 0
+		for _, r := range raws {
+			if r.PubSubNumSub(t.Context(), channel).Val()[channel] > 0 {
+				on++
+			}
+		}
+		return on > len(raws)/2
+	}, callTimeout, 5*time.Millisecond, "a waiter subscribed to %s", channel)
+}
+
 // waiting counts the Lock calls of a client that wait, through its hook.
 type waiting struct {
 	n       atomic.Int64
@@ -466,10 +481,11 @@ func testLock(t *testing.T, newConn NewConn) {
 
 	t.Run("PushWakeUp", func(t *testing.T) {
 		w := newWaiting()
-		c := newClient(t, redlock.WithHooks(redlock.Hooks{Waiting: w.hook}), debugLog(t))
+		// The holder's TTL and the waiter's polling interval are far beyond
+		// the waiter's context: only the release, pushed to the waiter,
+		// lets it take the lock.
+		c := newClient(t, redlock.WithHooks(redlock.Hooks{Waiting: w.hook}), redlock.WithRetry(0, time.Hour, 0), debugLog(t))
 		ctx := testCtx(t)
-		// The holder's TTL is far beyond the waiter's context: only the
-		// release, pushed to the waiter, lets it take the lock.
 		holder, err := c.TryLock(ctx, "dt:push", time.Hour)
 		require.NoError(t, err)
 		got := make(chan error, 1)
@@ -481,6 +497,8 @@ func testLock(t *testing.T, newConn NewConn) {
 			got <- err
 		}()
 		w.await(t, 1)
+		// The release script publishes on a channel named like the key.
+		subscribed(t, lockRaws, "lock:dt:push")
 		require.NoError(t, holder.Unlock(ctx))
 		require.NoError(t, <-got)
 	})
