@@ -209,6 +209,9 @@ func (s *subscription) Receive(ctx context.Context) (driver.Push, error) {
 	}
 }
 
+// Close ends a Receive that waits at once. It returns the connection to the
+// client's pool, which unsubscribes it first: on a server that hangs, that
+// takes until ConnWriteTimeout closes the connection.
 func (s *subscription) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
