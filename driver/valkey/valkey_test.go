@@ -195,3 +195,42 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "v", v)
 }
+
+// TestSubscriptionCloseHung: Close on a server that stopped answering ends
+// the Receive that waits at once, and returns itself once valkey has given
+// the connection up (ConnWriteTimeout).
+func TestSubscriptionCloseHung(t *testing.T) {
+	srv := redistest.Start(t, redisserver.Options{})
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true, ConnWriteTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	sub := valkeydriver.Conn(c).(driver.Subscriber).Subscribe(t.Context())
+	ctx := testCtx(t)
+	require.NoError(t, sub.Subscribe(ctx, "hung"))
+	require.NoError(t, sub.Ping(ctx, "ready"))
+	p, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	require.True(t, p.Pong)
+
+	require.NoError(t, srv.Pause())
+	t.Cleanup(func() { _ = srv.Resume() })
+	received := make(chan error, 1)
+	go func() {
+		_, err := sub.Receive(t.Context())
+		received <- err
+	}()
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-received:
+		assert.Error(t, err)
+	case <-ctx.Done():
+		t.Fatal("Close did not end the Receive that waits")
+	}
+	select {
+	case err := <-closed:
+		assert.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Close did not return after ConnWriteTimeout")
+	}
+}
