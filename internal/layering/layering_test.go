@@ -43,6 +43,7 @@ var allowed = map[string][]string{
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
 	// Test harnesses.
+	"driver/drivertest":                {"driver", "fence", "internal/redisserver", "internal/redistest", "redlock"},
 	"internal/memredis":                {"driver"},
 	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "leadership", "redlock"},
 	"internal/childproc":               nil,
