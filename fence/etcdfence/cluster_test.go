@@ -38,7 +38,28 @@ type member struct {
 
 // startCluster starts n members and waits until each is ready to serve. It
 // stops the ones still running when the test ends.
+//
+// A free port is found by binding port 0 and closing it; until a member
+// binds it, any socket of the machine may take it as its own local port
+// (the members' and clients' connections do). A start that loses a port
+// that way is retried on new ports, at most three times.
 func startCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	for try := 1; ; try++ {
+		c, err := tryStartCluster(t, n)
+		if err == nil {
+			return c
+		}
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("try %d: %v; again on new ports", try, err)
+	}
+}
+
+// tryStartCluster is one try of startCluster; on an error it has stopped
+// what it started.
+func tryStartCluster(t testing.TB, n int) (*cluster, error) {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t}
@@ -74,28 +95,29 @@ func startCluster(t testing.TB, n int) *cluster {
 			return nil
 		})
 	}
-	err := g.Wait()
-	t.Cleanup(func() {
+	stop := func() {
 		for _, m := range c.members {
 			if m.etcd != nil {
 				m.stop()
 			}
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	if err := g.Wait(); err != nil {
+		stop()
+		return nil, err
+	}
+	t.Cleanup(stop)
 	deadline := time.After(readyWithin)
 	for _, m := range c.members {
 		select {
 		case <-m.etcd.Server.ReadyNotify():
 		case err := <-m.etcd.Err():
-			t.Fatalf("etcd %s: %v", m.name, err)
+			return nil, fmt.Errorf("etcd %s: %w", m.name, err)
 		case <-deadline:
 			t.Fatalf("etcd %s not ready within %v", m.name, readyWithin)
 		}
 	}
-	return c
+	return c, nil
 }
 
 // loopbackURL is http://127.0.0.1:<a free port>.
