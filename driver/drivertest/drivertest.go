@@ -32,7 +32,7 @@ import (
 // NewConn returns a Conn of the adapter under test to the one server at
 // addr, which is up when it is called; the Conn's client is closed by a
 // t.Cleanup. The suite kills, pauses and resumes servers behind it.
-type NewConn func(t *testing.T, addr string) driver.Conn
+type NewConn func(t testing.TB, addr string) driver.Conn
 
 // callTimeout bounds each check's calls: far above what a loaded machine
 // needs, far below the test binary's own timeout.

@@ -13,7 +13,7 @@ import (
 
 // client returns a rueidis client of the one server at addr, closed when
 // t ends.
-func client(t *testing.T, addr string) rueidis.Client {
+func client(t testing.TB, addr string) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	require.NoError(t, err)
@@ -21,6 +21,11 @@ func client(t *testing.T, addr string) rueidis.Client {
 	return c
 }
 
+// BenchmarkLock: the lock on rueidis clients, which pipeline every command.
+func BenchmarkLock(b *testing.B) {
+	drivertest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+}
+
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, func(t *testing.T, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
 }

@@ -13,7 +13,7 @@ import (
 
 // client returns a valkey client of the one server at addr, closed when
 // t ends.
-func client(t *testing.T, addr string) valkey.Client {
+func client(t testing.TB, addr string) valkey.Client {
 	t.Helper()
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	require.NoError(t, err)
@@ -21,6 +21,11 @@ func client(t *testing.T, addr string) valkey.Client {
 	return c
 }
 
+// BenchmarkLock: the lock on valkey clients, which pipeline every command.
+func BenchmarkLock(b *testing.B) {
+	drivertest.Bench(b, func(t testing.TB, addr string) driver.Conn { return valkeydriver.Conn(client(t, addr)) })
+}
+
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, func(t *testing.T, addr string) driver.Conn { return valkeydriver.Conn(client(t, addr)) })
+	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return valkeydriver.Conn(client(t, addr)) })
 }
