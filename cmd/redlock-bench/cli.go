@@ -58,6 +58,7 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.BoolVar(&cfg.Fence, "fence", false, "mint a fencing token on each acquisition")
 	fs.DurationVar(&cfg.Delay, "delay", 30*time.Millisecond, "slow scenario: latency added to one master")
 	fs.IntVar(&cfg.Dead, "dead", 2, "dead scenario: unreachable masters")
+	fs.IntVar(&cfg.Clients, "clients", 0, "contended scenario: also rows where the goroutines share this many separate clients (each with its own connections), as separate processes would; 0 for none")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "slices each row is measured in, alternating with the other rows of its group")
 	fs.StringVar(&inv.Format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.Plot, "plot", "", "also draw acquire-latency percentiles into this .svg or .png file")

@@ -98,6 +98,8 @@ func TestBadFlags(t *testing.T) {
 		{"-single-addr", "127.0.0.1:1"},
 		{"-plot", "chart.txt"},
 		{"-rounds", "0"},
+		{"-clients", "-1"},
+		{"-clients", "4"}, // the healthy scenario
 		{"extra"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -218,6 +220,19 @@ func TestContendedScenario(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "handoff p99 µs")
 	assert.Contains(t, out, "fairness")
+
+	// -clients adds rows where the goroutines lock through separate
+	// clients, plain and fair, each checked like the others.
+	rep = runJSON(t, "-scenario", "contended", "-clients", "3", "-d", "300ms", "-c", "3", "-rounds", "1", "-node-timeout", "500ms")
+	var separate []string
+	for _, r := range rep.Results {
+		assert.Zero(t, r.Violations, r.Variant)
+		if strings.HasSuffix(r.Variant, " 3 clients") {
+			separate = append(separate, r.Variant)
+			assert.Positive(t, r.Acquired, "%s: no section", r.Variant)
+		}
+	}
+	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients"}, separate)
 }
 
 // TestUncontendedRowsCarryNoContendedFigures: the new columns are the

@@ -62,7 +62,11 @@
 //     ends. Variants: single, redlock (waiters woken by the release),
 //     "redlock fair" (WithFairness: waiters queued in arrival order) and
 //     "redlock poll" (masters without Subscribe: waiters sleep the retry
-//     delay, as Lock did before releases were pushed).
+//     delay, as Lock did before releases were pushed). Every one of those
+//     shares one client among the goroutines; with -clients N, two more,
+//     "redlock N clients" and "redlock fair N clients", give goroutine i
+//     client i mod N, each with connections of its own, as separate
+//     processes would have: nothing is passed in-process there.
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.

@@ -110,7 +110,11 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		g := v.guards[k]
 		start := time.Now()
 		lctx, cancel := context.WithTimeout(ctx, waitBound(cfg.TTL))
-		l, err := v.client.Lock(lctx, v.resources[k], cfg.TTL)
+		c := v.client
+		if len(v.clients) > 0 {
+			c = v.clients[w.id%len(v.clients)]
+		}
+		l, err := c.Lock(lctx, v.resources[k], cfg.TTL)
 		won := time.Now()
 		cancel()
 		w.record(won.Sub(start), bar)

@@ -58,6 +58,7 @@ type Config struct {
 	Delay       time.Duration // slow scenario
 	Dead        int           // dead scenario
 	Rounds      int           // each row is measured in this many slices, alternating with the other rows of its group
+	Clients     int           // contended scenario: also rows where the goroutines share this many clients (goroutine i uses client i mod Clients), as separate processes would have; 0 for none
 	Progress    io.Writer     // where to draw a progress bar; nil for none
 }
 
@@ -87,6 +88,10 @@ func (c *Config) Validate() error {
 		return bad("negative hold %v", c.Hold)
 	case c.Rounds < 1:
 		return bad("rounds %d below 1", c.Rounds)
+	case c.Clients < 0 || c.Clients > 4096:
+		return bad("clients %d outside 0..4096", c.Clients)
+	case c.Clients > 0 && c.Scenario != "contended":
+		return bad("-clients applies to the contended scenario only")
 	case c.Scenario == "slow" && c.Delay <= 0:
 		return bad("the slow scenario needs a positive -delay")
 	case c.Scenario == "dead" && (c.Dead < 1 || c.Dead > c.Masters):
@@ -106,6 +111,7 @@ type variant struct {
 	label     string     // how a ratio names it
 	ratioTo   string     // the label of the variant this one is compared with; "" for none
 	client    *redlock.Client
+	clients   []*redlock.Client // when not nil: goroutine i uses clients[i mod len] (client is clients[0])
 	resources []string
 	guards    []*guard // one per resource in the contended scenario, else nil
 }
@@ -255,6 +261,7 @@ func (s *setup) variants() ([]*variant, error) {
 		delay                time.Duration
 		dead                 int
 		fair, poll           bool
+		clients              int // separate clients; 0: one shared
 	}
 	var specs []spec
 	switch cfg.Scenario {
@@ -273,6 +280,11 @@ func (s *setup) variants() ([]*variant, error) {
 			specs = append(specs,
 				spec{mode: "redlock", label: "redlock fair", addrs: env.Masters[:n], fair: true},
 				spec{mode: "redlock", label: "redlock poll", addrs: env.Masters[:n], poll: true})
+			if k := cfg.Clients; k > 0 {
+				specs = append(specs,
+					spec{mode: "redlock", label: fmt.Sprintf("redlock %d clients", k), addrs: env.Masters[:n], clients: k},
+					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k})
+			}
 		}
 	case "slow":
 		// Both rows go through a proxy to the same master, so its own cost
@@ -322,6 +334,18 @@ func (s *setup) variants() ([]*variant, error) {
 		row := base
 		row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
 		v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, client: client, resources: make([]string, cfg.Keys)}
+		if sp.clients > 0 {
+			// Each with go-redis clients of its own: nothing is shared but
+			// the masters, and nothing can be passed in-process.
+			v.clients = []*redlock.Client{client}
+			for range sp.clients - 1 {
+				c, err := s.lockClient(sp.addrs, sp.fair, sp.poll)
+				if err != nil {
+					return nil, err
+				}
+				v.clients = append(v.clients, c)
+			}
+		}
 		for k := range v.resources {
 			v.resources[k] = fmt.Sprintf("%s:%d:%d", env.Prefix, i, k)
 		}
