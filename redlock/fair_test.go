@@ -144,6 +144,14 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 				// A call that the round no longer needed may have been
 				// cancelled before it ran: a majority is what counts.
 				require.GreaterOrEqual(t, queued, 2, "the waiter is not queued on a majority")
+				// Arrival stamps are the clients' clocks in µs, and in a
+				// bubble no time passes between the waiter's queueing and the
+				// releaser's new Lock: their stamps would tie, and a tie
+				// between two clients goes by their random tags (the releaser
+				// was ahead in about one run in a thousand, when its queued
+				// attempt reached the masters before the woken waiter's). A
+				// later arrival has a later stamp on real clocks: let 1 ms pass.
+				time.Sleep(time.Millisecond)
 				require.NoError(t, first.Unlock(ctx))
 				again := lockAsync(ctx, holderC, res, time.Minute)
 
