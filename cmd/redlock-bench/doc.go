@@ -60,7 +60,7 @@
 //     go-redis v9.23).
 //   - rueidis, valkey-go: one client per server with ForceSingleClient and
 //     DisableCache, one pipelined connection per server (PipelineMultiplex
-//     -1) and a MaxFlushDelay of 200 µs; docs/drivers.md has the
+//     -1) and a MaxFlushDelay of 100 µs; docs/drivers.md has the
 //     measurements that chose them.
 //
 // Each works against the embedded backend as well (miniredis speaks RESP3,
