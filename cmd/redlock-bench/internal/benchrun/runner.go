@@ -206,8 +206,9 @@ func (s *setup) close() {
 	}
 }
 
-// conn is a connection to addr through driver d: library defaults except
-// go-redis's pool, which must not be what limits the highest concurrency.
+// conn is a connection to addr through driver d, configured as package
+// drivers says; go-redis's pool is sized so that it is not what limits the
+// highest concurrency.
 func (s *setup) conn(d, addr string) (driver.Conn, error) {
 	set := s.sets[d]
 	if set == nil {
