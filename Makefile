@@ -41,6 +41,10 @@ bench-redis: deps
 	bin/redlock-bench -backend redis-server -scenario dead -dead 3 -c 1 -d 5s -o json > docs/bench/dead3.json
 	bin/redlock-bench -backend redis-server -scenario scale -c 1,8 -d 3s -o json -plot docs/bench/scale.svg > docs/bench/scale.json
 	bin/redlock-bench -backend redis-server -scenario contended -c 8 -hold 1ms -d 5s -o json -plot docs/bench/contended.svg > docs/bench/contended.json
+	@# Per driver (docs/drivers.md): the healthy scenario with the raw quorum loop beside the lock, and the
+	@# contended one, every driver's rows alternating in one run.
+	bin/redlock-bench -backend redis-server -scenario healthy -driver go-redis,go-redis-pipelined,rueidis,valkey-go -raw -c 1,8,64 -d 5s -o json -plot docs/bench/drivers.svg > docs/bench/drivers.json
+	bin/redlock-bench -backend redis-server -scenario contended -driver go-redis,go-redis-pipelined,rueidis,valkey-go -c 8 -hold 1ms -d 5s -o json > docs/bench/drivers-contended.json
 
 # The incident review's duplicate-write benchmark: 1,000,000 jobs, unfenced and fenced.
 bench-fencing:
@@ -71,6 +75,10 @@ sim:
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./internal/quorum/
+	@# Each adapter's BenchmarkLock (5 masters, c=1 and c=64, allocs/op per cycle): go-redis plain and
+	@# auto-pipelined in this module, rueidis and valkey-go in theirs.
+	$(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./driver/goredis/
+	@set -e; for m in driver/rueidis driver/valkey; do echo "cd $$m && $(GO) test -bench BenchmarkLock -benchmem"; (cd $$m && $(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) .); done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

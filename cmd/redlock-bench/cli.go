@@ -17,6 +17,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/backend"
 	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
+	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
 	"quorumlock.dev/cmd/redlock-bench/internal/plot"
 )
@@ -42,7 +43,7 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.SetOutput(stderr)
 	inv := &invocation{}
 	cfg := &inv.Config
-	var backend, conc string
+	var backend, conc, driverList string
 	fs.StringVar(&backend, "backend", "embedded", "where the servers come from: embedded (in-process miniredis) or redis-server (real processes started and stopped by the run); -addrs selects existing servers")
 	var servers serverFlags
 	servers.register(fs)
@@ -59,6 +60,8 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.DurationVar(&cfg.Delay, "delay", 30*time.Millisecond, "slow scenario: latency added to one master")
 	fs.IntVar(&cfg.Dead, "dead", 2, "dead scenario: unreachable masters")
 	fs.IntVar(&cfg.Clients, "clients", 0, "contended scenario: also rows where the goroutines share this many separate clients (each with its own connections), as separate processes would; 0 for none")
+	fs.StringVar(&driverList, "driver", drivers.Default, "Redis clients the masters are reached through, comma-separated, each a dimension of every row: "+strings.Join(drivers.Names, ", "))
+	fs.BoolVar(&cfg.Raw, "raw", false, "healthy scenario: also the raw quorum loop (parallel SET NX PX, done at a majority; compare-and-delete on every master) per driver, the least a Redlock client must do")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "slices each row is measured in, alternating with the other rows of its group")
 	fs.StringVar(&inv.Format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.Plot, "plot", "", "also draw acquire-latency percentiles into this .svg or .png file")
@@ -90,6 +93,11 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	if !slices.Contains([]string{"embedded", "redis-server", "addrs"}, cfg.Backend.Kind) {
 		return nil, usage(fs, "unknown backend %q", backend)
 	}
+	names, err := drivers.Parse(driverList)
+	if err != nil {
+		return nil, usage(fs, "-driver: %w", err)
+	}
+	cfg.Drivers = names
 	for _, s := range splitList(conc) {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -253,7 +261,7 @@ func isTerminal(w io.Writer) bool {
 // package of ours it starts with: for a person, one clear line.
 func oneLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
-	for _, pkg := range []string{"backend", "benchrun", "output", "plot", "fencingbench"} {
+	for _, pkg := range []string{"backend", "benchrun", "drivers", "output", "plot", "fencingbench"} {
 		if rest, ok := strings.CutPrefix(s, pkg+": "); ok {
 			return rest
 		}

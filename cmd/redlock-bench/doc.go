@@ -44,10 +44,37 @@
 // to PGPASSWORD or ~/.pgpass, which pgx reads, and is never printed either.
 // docs/operations.md has the details.
 //
+// # Drivers
+//
+// -driver go-redis,go-redis-pipelined,rueidis,valkey-go names the Redis
+// clients the masters (and the single server and the fence counter) are
+// reached through; every row of every scenario is made once per driver, the
+// drivers' rows of a variant side by side and all of them alternating in
+// the same slices. The default is go-redis alone, and then the table names
+// no driver; otherwise each row's label starts with its driver.
+//
+//   - go-redis: a *redis.Client per server, library defaults but PoolSize
+//     (twice the highest -c, plus 10).
+//   - go-redis-pipelined: that client's AutoPipeline(), which batches the
+//     calls of every goroutine on one connection per server (experimental in
+//     go-redis v9.23).
+//   - rueidis, valkey-go: one client per server with ForceSingleClient and
+//     DisableCache, one pipelined connection per server (PipelineMultiplex
+//     -1) and a MaxFlushDelay of 100 µs; docs/drivers.md has the
+//     measurements that chose them.
+//
+// Each works against the embedded backend as well (miniredis speaks RESP3,
+// which rueidis and valkey-go need). -raw adds to the healthy scenario, per
+// driver, the raw quorum loop: SET NX PX on every master at once, done at a
+// majority, and a compare-and-delete on every master, waiting for all, each
+// round bounded by -node-timeout; the least a Redlock client must do, with
+// nothing of the lock's own. Its rows have mode and variant "raw".
+//
 // # Scenarios
 //
-//   - healthy: redlock over -masters masters and single-instance, at each -c.
-//     redlock rows carry ratio_of "single".
+//   - healthy: redlock over -masters masters and single-instance, at each -c
+//     (and raw, with -raw). redlock and raw rows carry ratio_of "single",
+//     the single row of their driver.
 //   - slow: one master behind an in-process TCP proxy, once with no added
 //     latency and once with -delay; both rows go through a proxy, so the
 //     proxy's own cost is not mistaken for the slow master's. The delayed
@@ -121,7 +148,7 @@
 // servers_in_process, servers, config and a results array of rows; -o csv
 // prints one header line and one line per row. The row fields (JSON keys and CSV columns, in order):
 //
-//	mode             redlock or single
+//	mode             redlock, raw (-raw) or single
 //	variant          names the row in its scenario: single, redlock,
 //	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5,
 //	                   redlock fair, redlock poll
@@ -161,6 +188,8 @@
 //	                   most (1 equal turns, 0 a goroutine had none)
 //	violations       contended: sections that began while another
 //	                   goroutine held the resource; must be 0
+//	driver           the Redis client of the row: go-redis,
+//	                   go-redis-pipelined, rueidis or valkey-go
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
 // backend they include the in-process servers, most of the count, so the

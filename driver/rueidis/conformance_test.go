@@ -2,6 +2,7 @@ package rueidis_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
@@ -14,8 +15,20 @@ import (
 // client returns a rueidis client of the one server at addr, closed when
 // t ends.
 func client(t testing.TB, addr string) rueidis.Client {
+	return clientOf(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+}
+
+// batched is client with the options docs/drivers.md gives for many
+// goroutines per process: one pipelined connection per server, and a
+// flush that waits up to 100 µs for more calls while others are waiting.
+func batched(t testing.TB, addr string) rueidis.Client {
+	return clientOf(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
+		PipelineMultiplex: -1, MaxFlushDelay: 100 * time.Microsecond})
+}
+
+func clientOf(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	c, err := rueidis.NewClient(opt)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
@@ -28,4 +41,16 @@ func BenchmarkLock(b *testing.B) {
 
 func TestConformance(t *testing.T) {
 	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+}
+
+// BenchmarkLockBatched: the same with the options of batched.
+func BenchmarkLockBatched(b *testing.B) {
+	drivertest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
+}
+
+// TestConformanceBatched: those options change how calls share a
+// connection (a hung master's calls queue behind one another), not what
+// the adapter promises.
+func TestConformanceBatched(t *testing.T) {
+	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
 }

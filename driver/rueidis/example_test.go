@@ -26,6 +26,10 @@ func ExampleMasters() {
 			InitAddress:       []string{srv.Addr()},
 			ForceSingleClient: true, // one server: made even while it is down
 			DisableCache:      true, // the lock reads nothing it could cache
+			// Many goroutines locking at once: one pipelined connection, whose
+			// writes wait up to 100 µs for more calls while others are waiting.
+			PipelineMultiplex: -1,
+			MaxFlushDelay:     100 * time.Microsecond,
 		})
 		if c == nil {
 			log.Fatal(err)

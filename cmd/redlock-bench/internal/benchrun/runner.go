@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/backend"
+	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/fence"
@@ -29,8 +29,6 @@ import (
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"
-
-	"quorumlock.dev/driver/goredis"
 )
 
 // Scenarios lists what -scenario accepts.
@@ -59,6 +57,8 @@ type Config struct {
 	Dead        int           // dead scenario
 	Rounds      int           // each row is measured in this many slices, alternating with the other rows of its group
 	Clients     int           // contended scenario: also rows where the goroutines share this many clients (goroutine i uses client i mod Clients), as separate processes would have; 0 for none
+	Drivers     []string      // the Redis clients of drivers.Names, each a dimension of every variant; none means drivers.Default
+	Raw         bool          // healthy scenario: also the raw quorum loop (rawLoop) per driver
 	Progress    io.Writer     // where to draw a progress bar; nil for none
 }
 
@@ -92,10 +92,17 @@ func (c *Config) Validate() error {
 		return bad("clients %d outside 0..4096", c.Clients)
 	case c.Clients > 0 && c.Scenario != "contended":
 		return bad("-clients applies to the contended scenario only")
+	case c.Raw && c.Scenario != "healthy":
+		return bad("the raw quorum loop (-raw) applies to the healthy scenario only")
 	case c.Scenario == "slow" && c.Delay <= 0:
 		return bad("the slow scenario needs a positive -delay")
 	case c.Scenario == "dead" && (c.Dead < 1 || c.Dead > c.Masters):
 		return bad("dead %d outside 1..%d masters", c.Dead, c.Masters)
+	}
+	for _, d := range c.Drivers {
+		if !slices.Contains(drivers.Names, d) {
+			return fmt.Errorf("%w: %w %q (want one or more of %v)", ErrConfig, drivers.ErrUnknown, d, drivers.Names)
+		}
 	}
 	for _, n := range c.Concurrency {
 		if n < 1 || n > 4096 {
@@ -114,6 +121,7 @@ type variant struct {
 	clients   []*redlock.Client // when not nil: goroutine i uses clients[i mod len] (client is clients[0])
 	resources []string
 	guards    []*guard // one per resource in the contended scenario, else nil
+	raw       *rawLoop // the raw quorum loop instead of client, when not nil
 }
 
 // Run opens the backend, measures every variant of the scenario at every
@@ -122,6 +130,9 @@ type variant struct {
 func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if len(cfg.Drivers) == 0 {
+		cfg.Drivers = []string{drivers.Default}
 	}
 	need := cfg.Masters
 	if cfg.Scenario == "scale" {
@@ -148,13 +159,13 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		Config: report.ConfigEcho{
 			Scenario: cfg.Scenario, Masters: cfg.Masters, TTLms: report.Milliseconds(cfg.TTL), NodeTimeout: report.Milliseconds(cfg.NodeTimeout),
 			HoldMs: report.Milliseconds(cfg.Hold), Keys: cfg.Keys, Fence: cfg.Fence, Rounds: cfg.Rounds,
-			DurationS: cfg.Duration.Seconds(), Cycles: cfg.Cycles,
+			DurationS: cfg.Duration.Seconds(), Cycles: cfg.Cycles, Drivers: cfg.Drivers, Raw: cfg.Raw,
 		},
 	}
 	if cfg.Cycles > 0 {
 		rep.Config.DurationS = 0
 	}
-	s := &setup{cfg: cfg, env: env}
+	s := &setup{cfg: cfg, env: env, sets: map[string]*drivers.Set{}}
 	defer s.close()
 	variants, err := s.variants()
 	if err != nil {
@@ -178,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 type setup struct {
 	cfg     Config
 	env     *backend.Env
-	clients []*redis.Client
+	sets    map[string]*drivers.Set // by driver name
 	locks   []*redlock.Client
 	proxies []*faultproxy.Proxy
 }
@@ -187,31 +198,52 @@ func (s *setup) close() {
 	for _, c := range s.locks {
 		_ = c.Close() // its subscriptions, before the connections they use
 	}
-	for _, c := range s.clients {
-		_ = c.Close()
+	for _, set := range s.sets {
+		set.Close()
 	}
 	for _, p := range s.proxies {
 		_ = p.Close()
 	}
 }
 
-func (s *setup) redisClient(addr string) *redis.Client {
-	// Library defaults except the pool, which must not be what limits the
-	// highest concurrency.
-	o := s.env.ClientOptions(addr) // the user, password and TLS of an addrs server
-	o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10
-	c := redis.NewClient(o)
-	s.clients = append(s.clients, c)
-	return c
+// conn is a connection to addr through driver d, configured as package
+// drivers says; go-redis's pool is sized so that it is not what limits the
+// highest concurrency.
+func (s *setup) conn(d, addr string) (driver.Conn, error) {
+	set := s.sets[d]
+	if set == nil {
+		var err error
+		if set, err = drivers.New(d); err != nil {
+			return nil, err
+		}
+		s.sets[d] = set
+	}
+	// The user, password and TLS of an addrs server.
+	return set.Conn(s.env.ClientOptions(addr), 2*slices.Max(s.cfg.Concurrency)+10)
 }
 
-// lockClient is a client over addrs. fair queues waiters (WithFairness);
-// poll hides the masters' Subscribe, so that a waiter sleeps the retry
-// delay as Lock did before its release was pushed to waiters.
-func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, error) {
-	masters := make([]driver.Conn, len(addrs))
+func (s *setup) conns(d string, addrs []string) ([]driver.Conn, error) {
+	conns := make([]driver.Conn, len(addrs))
 	for i, a := range addrs {
-		masters[i] = goredis.Conn(s.redisClient(a))
+		c, err := s.conn(d, a)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = c
+	}
+	return conns, nil
+}
+
+// lockClient is a client over addrs through driver d. fair queues waiters
+// (WithFairness); poll hides the masters' Subscribe, so that a waiter
+// sleeps the retry delay as Lock did before its release was pushed to
+// waiters.
+func (s *setup) lockClient(d string, addrs []string, fair, poll bool) (*redlock.Client, error) {
+	masters, err := s.conns(d, addrs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range masters {
 		if poll {
 			masters[i] = plainMaster{masters[i]}
 		}
@@ -223,7 +255,11 @@ func (s *setup) lockClient(addrs []string, fair, poll bool) (*redlock.Client, er
 		opts = append(opts, redlock.WithFairness(max(time.Second, 4*s.cfg.NodeTimeout)))
 	}
 	if s.cfg.Fence {
-		counter, err := fence.NewRedisCounter(goredis.Conn(s.redisClient(s.env.Fence)))
+		fc, err := s.conn(d, s.env.Fence)
+		if err != nil {
+			return nil, err
+		}
+		counter, err := fence.NewRedisCounter(fc)
 		if err != nil {
 			return nil, err
 		}
@@ -255,14 +291,6 @@ func (s *setup) variants() ([]*variant, error) {
 	cfg, env := s.cfg, s.env
 	n := cfg.Masters
 	base := report.Row{Scenario: cfg.Scenario, Keys: cfg.Keys, Fence: cfg.Fence, HoldMs: report.Milliseconds(cfg.Hold)}
-	type spec struct {
-		mode, label, ratioTo string
-		addrs                []string
-		delay                time.Duration
-		dead                 int
-		fair, poll           bool
-		clients              int // separate clients; 0: one shared
-	}
 	var specs []spec
 	switch cfg.Scenario {
 	case "healthy", "contended":
@@ -275,6 +303,9 @@ func (s *setup) variants() ([]*variant, error) {
 		specs = []spec{
 			{mode: "single", label: "single", addrs: []string{env.Single}},
 			{mode: "redlock", label: "redlock", ratioTo: ratioTo, addrs: env.Masters[:n]},
+		}
+		if cfg.Raw {
+			specs = append(specs, spec{mode: "raw", label: "raw", ratioTo: ratioTo, addrs: env.Masters[:n], raw: true})
 		}
 		if cfg.Scenario == "contended" {
 			specs = append(specs,
@@ -325,27 +356,19 @@ func (s *setup) variants() ([]*variant, error) {
 		}
 	}
 
-	variants := make([]*variant, len(specs))
-	for i, sp := range specs {
-		client, err := s.lockClient(sp.addrs, sp.fair, sp.poll)
-		if err != nil {
-			return nil, err
-		}
-		row := base
-		row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
-		v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, client: client, resources: make([]string, cfg.Keys)}
-		if sp.clients > 0 {
-			// Each with go-redis clients of its own: nothing is shared but
-			// the masters, and nothing can be passed in-process.
-			v.clients = []*redlock.Client{client}
-			for range sp.clients - 1 {
-				c, err := s.lockClient(sp.addrs, sp.fair, sp.poll)
-				if err != nil {
-					return nil, err
-				}
-				v.clients = append(v.clients, c)
+	// Every variant once per driver, the drivers' rows of one variant side
+	// by side; all of them alternate in measure's slices.
+	var variants []*variant
+	for _, sp := range specs {
+		for _, d := range cfg.Drivers {
+			v, err := s.variant(base, d, sp)
+			if err != nil {
+				return nil, err
 			}
+			variants = append(variants, v)
 		}
+	}
+	for i, v := range variants {
 		for k := range v.resources {
 			v.resources[k] = fmt.Sprintf("%s:%d:%d", env.Prefix, i, k)
 		}
@@ -355,9 +378,52 @@ func (s *setup) variants() ([]*variant, error) {
 				v.guards[k] = &guard{}
 			}
 		}
-		variants[i] = v
 	}
 	return variants, nil
+}
+
+// spec is one variant of a scenario, before it is made for a driver.
+type spec struct {
+	mode, label, ratioTo string
+	addrs                []string
+	delay                time.Duration
+	dead                 int
+	fair, poll, raw      bool
+	clients              int // separate clients; 0: one shared
+}
+
+// variant makes sp through driver d, with clients of its own.
+func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
+	row := base
+	row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
+	row.Driver = d
+	v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, resources: make([]string, s.cfg.Keys)}
+	if sp.raw {
+		conns, err := s.conns(d, sp.addrs)
+		if err != nil {
+			return nil, err
+		}
+		v.raw = &rawLoop{masters: conns, nodeTimeout: s.cfg.NodeTimeout}
+		return v, nil
+	}
+	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+	if err != nil {
+		return nil, err
+	}
+	v.client = client
+	if sp.clients > 0 {
+		// Each with Redis clients of its own: nothing is shared but the
+		// masters, and nothing can be passed in-process.
+		v.clients = []*redlock.Client{client}
+		for range sp.clients - 1 {
+			c, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+			if err != nil {
+				return nil, err
+			}
+			v.clients = append(v.clients, c)
+		}
+	}
+	return v, nil
 }
 
 // newBar draws progress in attempts when rows are counted, else in time.
@@ -430,7 +496,8 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 	}
 
 	rows := make([]report.Row, len(variants))
-	p50 := map[string]float64{}
+	type key struct{ driver, label string } // a ratio compares rows of one driver
+	p50 := map[key]float64{}
 	for i, v := range variants {
 		t := tallies[i]
 		r := v.row
@@ -461,14 +528,14 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 			contendedFigures(&r, t)
 		}
 		rows[i] = r
-		p50[v.label] = r.AcquireP50Us
+		p50[key{v.row.Driver, v.label}] = r.AcquireP50Us
 	}
 	for i, v := range variants {
 		if v.ratioTo == "" {
 			continue
 		}
 		rows[i].RatioOf = v.ratioTo
-		if d := p50[v.ratioTo]; d > 0 {
+		if d := p50[key{v.row.Driver, v.ratioTo}]; d > 0 {
 			rows[i].RatioP50 = rows[i].AcquireP50Us / d
 		}
 	}
@@ -502,9 +569,12 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if v.guards != nil {
+			switch {
+			case v.guards != nil:
 				w.contend(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
-			} else {
+			case v.raw != nil:
+				w.runRaw(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
+			default:
 				w.run(ctx, cfg, v, end, budget > 0, &left, &invalid, bar)
 			}
 		}()

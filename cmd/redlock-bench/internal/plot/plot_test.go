@@ -105,3 +105,27 @@ func TestPlotLabelKey(t *testing.T) {
 	assert.Contains(t, svg, "N servers")
 	assert.NotContains(t, svg, "N masters")
 }
+
+// TestPlotDrivers: a per-driver run (-driver, -raw) has the most bars;
+// each is labelled with its driver.
+func TestPlotDrivers(t *testing.T) {
+	rep := &report.Report{Backend: "redis-server"}
+	for _, c := range []int{1, 8, 64} {
+		for _, mode := range []string{"single", "redlock", "raw"} {
+			for _, d := range []string{"go-redis", "go-redis-pipelined", "rueidis", "valkey-go"} {
+				p50 := float64(100*c) + float64(len(d))
+				rep.Results = append(rep.Results, report.Row{
+					Mode: mode, Variant: mode, Masters: 5, Scenario: "healthy", Concurrency: c, Driver: d,
+					AcquireP50Us: p50, AcquireP90Us: p50 * 2, AcquireP99Us: p50 * 5, AcquireP999Us: p50 * 9,
+				})
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "drivers.svg")
+	require.NoError(t, plot.Draw(path, rep))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, want := range []string{"go-redis-pipelined raw 5m", "valkey-go redlock 5m", "rueidis single"} {
+		assert.Contains(t, string(b), want)
+	}
+}

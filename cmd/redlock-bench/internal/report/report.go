@@ -4,6 +4,7 @@
 package report
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,22 +37,24 @@ type ServerInfo struct {
 
 // ConfigEcho repeats the settings of the run, so a report stands alone.
 type ConfigEcho struct {
-	Scenario    string  `json:"scenario"`
-	Masters     int     `json:"masters"`
-	TTLms       float64 `json:"ttl_ms"`
-	NodeTimeout float64 `json:"node_timeout_ms"`
-	HoldMs      float64 `json:"hold_ms"`
-	Keys        int     `json:"keys"`
-	Fence       bool    `json:"fence"`
-	Rounds      int     `json:"rounds"`
-	DurationS   float64 `json:"duration_s"` // per row; 0 when Cycles is set
-	Cycles      int64   `json:"cycles"`     // per row; 0 when DurationS is set
+	Scenario    string   `json:"scenario"`
+	Masters     int      `json:"masters"`
+	TTLms       float64  `json:"ttl_ms"`
+	NodeTimeout float64  `json:"node_timeout_ms"`
+	HoldMs      float64  `json:"hold_ms"`
+	Keys        int      `json:"keys"`
+	Fence       bool     `json:"fence"`
+	Rounds      int      `json:"rounds"`
+	DurationS   float64  `json:"duration_s"` // per row; 0 when Cycles is set
+	Cycles      int64    `json:"cycles"`     // per row; 0 when DurationS is set
+	Drivers     []string `json:"drivers"`    // the Redis clients measured, each a dimension of every row
+	Raw         bool     `json:"raw"`        // the raw quorum loop was measured beside the lock
 }
 
 // Row is one measured variant at one concurrency: flat, so that CSV and JSON
 // carry the same fields. Latencies are in microseconds.
 type Row struct {
-	Mode        string  `json:"mode"`     // redlock or single
+	Mode        string  `json:"mode"`     // redlock, raw (the raw quorum loop) or single
 	Variant     string  `json:"variant"`  // names the row within its scenario; ratio_of refers to it
 	Masters     int     `json:"masters"`  // masters of this variant (1 for single)
 	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale, contended
@@ -96,10 +99,19 @@ type Row struct {
 	WaitP99Us      float64 `json:"wait_p99_us"` // Lock called -> won, won calls only
 	Fairness       float64 `json:"fairness"`    // fewest sections of a goroutine over the most
 	Violations     int64   `json:"violations"`  // sections that began while another goroutine held the resource
+
+	// Driver is the Redis client the row's masters were reached through (redlock-bench
+	// -driver); last, so that the CSV columns before it keep their places.
+	Driver string `json:"driver"`
 }
 
+// DefaultDriver is the driver of a run that names none; a table names a row's driver only
+// when some row has another.
+const DefaultDriver = "go-redis"
+
 // Labels names each row for a table (chart false) or a chart: the variant
-// always, fence and hold only where rows differ. For a chart, concurrency
+// always, the driver when any row's is not [DefaultDriver], fence and hold
+// only where rows differ. For a chart, concurrency
 // and keys that differ go on a second line, and equal labels get "#2", "#3"
 // so that no two bar groups look like one variant.
 func Labels(rows []Row, chart bool) []string {
@@ -120,6 +132,13 @@ func Labels(rows []Row, chart bool) []string {
 	hold := func(r Row) string { return "hold " + Duration(r.HoldMs).String() }
 	conc := func(r Row) string { return "c=" + strconv.Itoa(r.Concurrency) }
 	keys := func(r Row) string { return "k=" + strconv.Itoa(r.Keys) }
+	driver := func(r Row) string {
+		if r.Driver == "" {
+			return DefaultDriver
+		}
+		return r.Driver
+	}
+	named := slices.ContainsFunc(rows, func(r Row) bool { return driver(r) != DefaultDriver })
 	var extras, loads []func(Row) string
 	for _, f := range []func(Row) string{fence, hold} {
 		if varies(f) {
@@ -137,9 +156,14 @@ func Labels(rows []Row, chart bool) []string {
 	labels := make([]string, len(rows))
 	seen := map[string]int{}
 	for i, r := range rows {
-		parts := []string{"single"}
-		if r.Mode != "single" {
-			parts = []string{r.Mode, strconv.Itoa(r.Masters) + "m"}
+		var parts []string
+		if named {
+			parts = append(parts, driver(r))
+		}
+		if r.Mode == "single" {
+			parts = append(parts, "single")
+		} else {
+			parts = append(parts, r.Mode, strconv.Itoa(r.Masters)+"m")
 		}
 		if r.DelayMs > 0 {
 			parts = append(parts, "+"+Duration(r.DelayMs).String())
