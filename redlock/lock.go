@@ -36,12 +36,13 @@ type Lock struct {
 	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
 	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
 
-	op sync.Mutex // serialises Unlock and Extend
+	op opLock // serialises Unlock and Extend
 
 	mu        sync.Mutex
 	until     time.Time     // end of the lease on the monotonic clock
 	untilBoot time.Duration // the same end on the clock that counts suspend
 	ended     bool          // released, or known lost
+	endedAt   time.Time     // when it ended (monotonic); Until is never later
 	cause     error         // why it ended: errUnlocked, or one wrapping ErrLockLost
 	// The lock's own context, not a caller's: made by the first Context or
 	// Done, so that a holder that never asks pays nothing for it.
@@ -53,6 +54,24 @@ type Lock struct {
 
 	progress atomic.Uint64 // advanced by Progress, read by the renewer
 }
+
+// opLock is a mutex whose waiters wait on a channel: Unlock waits on it
+// while an Extend is in a round of master calls, and a goroutine blocked on
+// a channel is durably blocked in testing/synctest, where one blocked on a
+// sync.Mutex is not and stops the bubble's clock (the simulator hung on
+// it: an Unlock behind a renewer's Extend whose calls waited for virtual
+// time). The zero value is unlocked.
+type opLock struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (o *opLock) lock() {
+	o.once.Do(func() { o.ch = make(chan struct{}, 1) })
+	o.ch <- struct{}{}
+}
+
+func (o *opLock) unlock() { <-o.ch }
 
 func newLock(c *Client, resource, token string) *Lock {
 	l := &Lock{c: c, resource: resource, key: "lock:" + resource, token: token}
@@ -120,13 +139,19 @@ func (l *Lock) Fence() (uint64, bool) {
 // extending) attempt plus the TTL, less the drift allowance, on the local
 // monotonic clock, or earlier after a suspend of the machine. A lock passed on
 // in-process ([WithFairness]) keeps its predecessor's Until, at least three
-// quarters of its own lease away. Work under the lock must end before Until.
+// quarters of its own lease away. Once the lock has ended (Unlock, a failed
+// Extend or renewal, a restart seen by its guard) Until is no later than
+// when it ended: the masters may have let it go then. Work under the lock
+// must end before Until.
 func (l *Lock) Until() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
 	l.mu.Lock()
 	until, boot := l.until, l.untilBoot
+	if l.ended && l.endedAt.Before(until) {
+		until = l.endedAt
+	}
 	l.mu.Unlock()
 	now, nowBoot := l.c.clock.now()
 	if left := boot - nowBoot; left < until.Sub(now) {
@@ -191,6 +216,7 @@ func (l *Lock) endLocked(cause error) {
 		return
 	}
 	l.ended, l.cause = true, cause
+	l.endedAt, _ = l.c.clock.now()
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -221,8 +247,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 
 // unlock is Unlock without waiting for the renewer, which calls it.
 func (l *Lock) unlock(ctx context.Context) error {
-	l.op.Lock()
-	defer l.op.Unlock()
+	l.op.lock()
+	defer l.op.unlock()
 	l.mu.Lock()
 	if l.unlocked {
 		l.mu.Unlock()
@@ -430,8 +456,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	if extended := c.cfg.hooks.Extended; extended != nil {
 		defer func() { extended(err) }()
 	}
-	l.op.Lock()
-	defer l.op.Unlock()
+	l.op.lock()
+	defer l.op.unlock()
 	l.mu.Lock()
 	over, until, untilBoot := l.ended, l.until, l.untilBoot
 	l.mu.Unlock()

@@ -179,3 +179,38 @@ func TestSameInstantWaitersLineUpInArrivalOrder(t *testing.T) {
 		}
 	})
 }
+
+// Until of a lock that has ended (a failed Extend, Unlock) is no later than
+// when it ended: the masters may have given the lock to another holder
+// since, and a holder that works until Until must stop. Found by the
+// simulator (a holder whose renewal failed kept an Until past the moment
+// its keys were released and another client got the lock).
+func TestUntilEndsWithTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		servers, masters := memMasters(3)
+		c := virtualClient(t, masters, WithNodeTimeout(50*time.Millisecond))
+
+		l, err := c.TryLock(ctx, "until", 10*time.Second)
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		for _, s := range servers {
+			s.Fail(memredis.ErrDown)
+		}
+		require.Error(t, l.Extend(ctx, 10*time.Second))
+		lost := time.Now()
+		time.Sleep(time.Second)
+		assert.False(t, l.Until().After(lost), "Until %v is past the failed Extend at %v", l.Until(), lost)
+		for _, s := range servers {
+			s.Fail(nil)
+		}
+
+		l, err = c.TryLock(ctx, "until-unlocked", 10*time.Second)
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		require.NoError(t, l.Unlock(ctx))
+		unlocked := time.Now()
+		time.Sleep(time.Second)
+		assert.False(t, l.Until().After(unlocked), "Until %v is past the Unlock at %v", l.Until(), unlocked)
+	})
+}

@@ -107,15 +107,15 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 			return // the failed Extend ended the lock and released its keys
 		}
 		// Under op, so that an Unlock in flight is not reported as a failure.
-		l.op.Lock()
+		l.op.lock()
 		if l.isEnded() {
-			l.op.Unlock()
+			l.op.unlock()
 			l.reportLapse()
 			return
 		}
 		l.report(reason)
 		l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
-		l.op.Unlock()
+		l.op.unlock()
 		_ = l.unlock(context.Background()) // its failures are logged by the release
 		return
 	}

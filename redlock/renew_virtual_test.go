@@ -244,3 +244,48 @@ func TestRenewUnlockRaceVirtual(t *testing.T) {
 		})
 	}
 }
+
+// An Unlock that comes while the renewer's Extend waits for the masters
+// waits for that Extend on a channel, not on a sync.Mutex: a goroutine
+// blocked on a mutex is not durably blocked in a synctest bubble, so the
+// bubble's clock stopped and the Extend's calls never timed out (the
+// simulator hung on it, one schedule in about 300). The bubble runs beside
+// a real-time watchdog: without the fix synctest.Test never returns.
+func TestUnlockBehindRenewerVirtual(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			ctx := context.Background()
+			const ttl = time.Second
+			l, err := w.client.TryLock(ctx, "renew-unlock", ttl)
+			require.NoError(t, err)
+			require.NoError(t, l.Renew(ttl, time.Minute))
+			l.Progress()
+			// Just before the renewer's Extend: the masters stop answering
+			// (their calls wait for the node timeout), and Unlock arrives
+			// while that Extend is in flight.
+			time.Sleep(time.Until(l.Until()) - w.lead(ttl) - time.Millisecond)
+			for _, s := range w.servers {
+				s.Hang()
+			}
+			time.Sleep(2 * time.Millisecond)
+			unlocked := make(chan error, 1)
+			go func() { unlocked <- l.Unlock(ctx) }()
+			select {
+			case <-unlocked:
+			case <-time.After(time.Minute):
+				t.Error("Unlock still waiting after a virtual minute")
+			}
+			for _, s := range w.servers {
+				s.Resume()
+			}
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bubble's clock stopped: Unlock blocked on the renewer without letting virtual time advance")
+	}
+}
