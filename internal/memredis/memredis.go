@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -46,6 +47,8 @@ type Server struct {
 	runID   int64
 	started time.Time
 	offset  time.Duration // the server clock's step from time.Now
+	rate    float64       // how fast the server's clock runs beside time.Now (0: as fast)
+	rateAt  time.Time     // when rate was set: the clock runs at rate from there
 	hung    chan struct{} // closed by Resume; nil: not hung
 	fail    error
 	calls   map[string]int // commands and scripts run, by name
@@ -85,7 +88,13 @@ func New() *Server {
 // Addr is the server's made-up address: unique, host:port shaped.
 func (s *Server) Addr() string { return s.addr }
 
-func (s *Server) now() time.Time { return time.Now().Add(s.offset) }
+func (s *Server) now() time.Time {
+	t := time.Now()
+	if s.rate != 0 {
+		t = t.Add(time.Duration(float64(t.Sub(s.rateAt)) * (s.rate - 1)))
+	}
+	return t.Add(s.offset)
+}
 
 func (s *Server) nowMS() int64 { return s.now().UnixMilli() }
 
@@ -136,6 +145,73 @@ func (s *Server) StepClock(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.offset += d
+}
+
+// SetClockRate makes the server's clock run rate times as fast as
+// time.Now from here on (1.01: 1% fast; keys then expire early by that
+// much); what it gained or lost so far is kept.
+func (s *Server) SetClockRate(rate float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.offset, s.rate, s.rateAt = 0, rate, time.Now()
+	s.offset = now.Sub(s.now())
+}
+
+// Snapshot is a copy of a server's keys at one moment, as its AOF file or
+// a replica holds them.
+type Snapshot struct {
+	keys map[string]*entry
+}
+
+// Snapshot copies the server's live keys.
+func (s *Server) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{keys: make(map[string]*entry, len(s.keys))}
+	for k := range s.keys {
+		if e := s.lookup(k); e != nil {
+			snap.keys[k] = e.clone()
+		}
+	}
+	return snap
+}
+
+// RestartFrom restarts the server (a new run id, subscriptions lost) with
+// the keys of snap: a restart that replays an AOF missing its last writes,
+// or a replica promoted before it had them. Keys keep their expiry times,
+// so those that expired meanwhile are gone.
+func (s *Server) RestartFrom(snap Snapshot) {
+	s.Restart()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range snap.keys {
+		s.keys[k] = e.clone()
+	}
+}
+
+func (e *entry) clone() *entry {
+	c := *e
+	c.h = maps.Clone(e.h)
+	c.fields = slices.Clone(e.fields)
+	c.z = maps.Clone(e.z)
+	return &c
+}
+
+// ExpiresAt is when key expires by time.Now (the server's clock may run
+// fast or be stepped): zero for a key without expiry or no key.
+func (s *Server) ExpiresAt(key string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.lookup(key)
+	if e == nil || e.expire == 0 {
+		return time.Time{}
+	}
+	left := time.Duration(e.expire-s.nowMS()) * time.Millisecond
+	if s.rate != 0 {
+		left = time.Duration(float64(left) / s.rate)
+	}
+	return time.Now().Add(left)
 }
 
 // Calls returns how many times name ran: a command ("set") or a script,

@@ -157,6 +157,48 @@ func TestExpiryVirtual(t *testing.T) {
 	})
 }
 
+// A clock running fast expires keys early by its rate, and says when by
+// time.Now; a restart from a snapshot keeps what the snapshot had and loses
+// what came after it.
+func TestClockRateAndSnapshotVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New()
+		ctx := context.Background()
+		s.Set("k", "v", time.Second)
+		s.SetClockRate(2)
+		assert.Equal(t, time.Now().Add(500*time.Millisecond), s.ExpiresAt("k"))
+		time.Sleep(499 * time.Millisecond)
+		_, held := s.Get("k")
+		assert.True(t, held, "expired before its time on a clock twice as fast")
+		time.Sleep(time.Millisecond)
+		_, held = s.Get("k")
+		assert.False(t, held, "a clock twice as fast did not expire the key at half its TTL")
+		s.SetClockRate(1)
+		before, err := conn{s}.Time(ctx)
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		after, err := conn{s}.Time(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, time.Second, after.Sub(before), "the rate set back to 1 still runs fast")
+
+		s.Set("old", "1", time.Minute)
+		s.Set("brief", "1", 10*time.Millisecond)
+		snap := s.Snapshot()
+		s.Set("new", "2", time.Minute)
+		s.Del("old")
+		time.Sleep(20 * time.Millisecond)
+		id := s.runID
+		s.RestartFrom(snap)
+		assert.NotEqual(t, id, s.runID, "a restart from a snapshot keeps the run id")
+		_, ok := s.Get("old")
+		assert.True(t, ok, "the snapshot's key is lost")
+		_, ok = s.Get("new")
+		assert.False(t, ok, "a key written after the snapshot survived")
+		_, ok = s.Get("brief")
+		assert.False(t, ok, "a key of the snapshot that expired meanwhile came back")
+	})
+}
+
 // Faults: a hung server answers nothing until resumed (then applies what
 // was sent), a failed one refuses at once, a restart loses every key and
 // tells subscriptions.
