@@ -105,3 +105,55 @@ func TestFairNoQueueVirtual(t *testing.T) {
 		}
 	})
 }
+
+// TestMixedDeploymentStarvesPlainClient shows why WithFairness's doc asks
+// every client of a resource for the same setting: while fair waiters keep
+// queuing, every release leaves the key reserved for the queue's head, and
+// a client without fairness, which cannot take a reservation, waits as long
+// as they keep coming (here 3 s without a lock while a fair client's two
+// goroutines took 20 ms turns). The fair client is not held up. Found by
+// the simulator's liveness invariant, which therefore checks only the fair
+// clients' waits in a mixed deployment.
+func TestMixedDeploymentStarvesPlainClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, masters := memMasters(5)
+		fair := virtualClient(t, masters, WithFairness(time.Second))
+		plain := virtualClient(t, masters)
+		stop := make(chan struct{})
+		var turns sync.WaitGroup
+		var mu sync.Mutex
+		sections := 0
+		for range 2 {
+			turns.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := fair.Lock(ctx, "mixed", 500*time.Millisecond)
+					if err != nil {
+						continue
+					}
+					time.Sleep(20 * time.Millisecond)
+					mu.Lock()
+					sections++
+					mu.Unlock()
+					_ = l.Unlock(ctx)
+				}
+			})
+		}
+		time.Sleep(100 * time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		l, err := plain.Lock(wctx, "mixed", 500*time.Millisecond)
+		close(stop)
+		turns.Wait()
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the client without fairness got the lock: the starvation this test documents did not happen")
+		assert.Greater(t, sections, 100, "the fair client's goroutines were held up too")
+	})
+}

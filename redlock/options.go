@@ -110,7 +110,10 @@ func WithFence(m Minter) Option {
 // started waiting, a release handing it to the next waiter (docs/design.md,
 // "Fair handoff"); a waiter that died holds up the queue at most entryTTL.
 // 0, the default, turns it off; otherwise entryTTL must be at least 4 node
-// timeouts (1 s suits most). Give every client of a resource the same setting.
+// timeouts (1 s suits most). Give every client of a resource the same setting:
+// while fair waiters keep queuing, a client without it finds the key reserved
+// for the queue's head after every release, and waits as long as they keep
+// coming.
 func WithFairness(entryTTL time.Duration) Option {
 	return func(c *config) { c.fairTTL = entryTTL }
 }
