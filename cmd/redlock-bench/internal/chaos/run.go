@@ -160,6 +160,7 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res chaosreport.Run
 		Masters: cfg.Masters, NodeTimeout: cfg.NodeTimeout, Retry: cfg.Retry, PGDSN: cfg.PGDSN,
 		Workers: s.workers, Loops: s.loops, Resources: s.resources, TTL: s.ttl, Hold: s.hold,
 		Proxied: sc.proxied, Guard: sc.guard,
+		Leader: sc.leader, ResignEvery: sc.resignEvery, WorkerProxies: sc.workerProxies,
 	})
 	if err != nil {
 		return res, err
