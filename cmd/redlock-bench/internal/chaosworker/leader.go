@@ -83,7 +83,7 @@ func awaitOther(ctx context.Context, cfg Config, e *leadership.Election) {
 		if err == nil && info.Identity != me {
 			return
 		}
-		sleep(ctx, 5*time.Millisecond)
+		sleep(ctx, 20*time.Millisecond)
 	}
 }
 
