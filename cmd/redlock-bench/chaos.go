@@ -157,12 +157,16 @@ func writeChaos(w io.Writer, rows []chaos.Row, format string) error {
 		return output.WriteRowsCSV(w, rows)
 	default:
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "scenario\tvariant\truns\tlocks\toverlaps\tstale\trejected\tfenced dup\tunfenced dup\tlost\tunavail\tp50 ms\trecovery ms\tfault\theld\t")
+		fmt.Fprintln(tw, "scenario\tvariant\truns\tlocks\toverlaps\tstale\trejected\tfenced dup\tunfenced dup\tlost\tunavail\tp50 ms\trecovery ms\tfailover ms p50/p99/max\tfault\theld\t")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%v\t%v\t\n",
+			failover := "-"
+			if r.Failovers > 0 {
+				failover = fmt.Sprintf("%.1f/%.1f/%.1f", r.FailoverP50Ms, r.FailoverP99Ms, r.FailoverMaxMs)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%s\t%v\t%v\t\n",
 				r.Scenario, r.Variant, r.Runs, r.Acquisitions, r.LockOverlaps, r.StaleWrites, r.StaleWritesRejected,
 				r.FencedDuplicates, r.UnfencedDuplicates, r.LostWrites, r.Unavailable, r.AcquireP50Ms, r.RecoveryMs,
-				r.FaultInjected, r.Held)
+				failover, r.FaultInjected, r.Held)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

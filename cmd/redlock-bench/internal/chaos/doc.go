@@ -1,7 +1,8 @@
 // Package chaos is the chaos suite behind `redlock-bench chaos`: each known way a Redis lock
 // fails (a paused or killed holder, masters down, a restart without persistence, a lost fence
 // counter, a master's clock jump, slow, blackholed and paused masters, a Sentinel failover, a
-// partition, overload) injected on real redis-server processes while worker processes (this
+// partition, overload; and a leader elected with package leadership paused, killed, cut off or
+// resigning) injected on real redis-server processes while worker processes (this
 // same program started again, see [MaybeWorker]) compete for a few resources and write through
 // a fenced store. Each run verifies that its fault took effect, hands what the workers recorded
 // to package chaoscheck, and [Run] sums the runs of a scenario into a [Row] that says whether

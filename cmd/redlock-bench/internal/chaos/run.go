@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,8 +122,9 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 				return rows, fmt.Errorf("chaos: %s run %d: %w", name, i+1, err)
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "chaos: %s run %d/%d: %d locks, overlaps %d, stale writes %d (rejected %d)\n",
-					name, i+1, cfg.Runs, res.Counts.Acquisitions, res.Counts.LockOverlaps, res.Counts.StaleWrites, res.Counts.StaleWritesRejected)
+				fmt.Fprintf(cfg.Progress, "chaos: %s run %d/%d: %d locks, overlaps %d, stale writes %d (rejected %d)%s\n",
+					name, i+1, cfg.Runs, res.Counts.Acquisitions, res.Counts.LockOverlaps, res.Counts.StaleWrites, res.Counts.StaleWritesRejected,
+					failoverNote(res.Fault.Failovers))
 			}
 			runs = append(runs, res)
 		}
@@ -131,6 +133,18 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 	}
 	return rows, nil
+}
+
+// failoverNote is a run's failovers for its progress line: each, up to 5, else the longest.
+func failoverNote(d []time.Duration) string {
+	switch {
+	case len(d) == 0:
+		return ""
+	case len(d) <= 5:
+		return fmt.Sprintf(", failovers %v", d)
+	default:
+		return fmt.Sprintf(", %d failovers, the longest %v", len(d), slices.Max(d))
+	}
 }
 
 // skipError is a scenario that cannot run on this machine (partitions need root).
@@ -160,6 +174,7 @@ func runOnce(ctx context.Context, cfg Config, sc *scenario) (res chaosreport.Run
 		Masters: cfg.Masters, NodeTimeout: cfg.NodeTimeout, Retry: cfg.Retry, PGDSN: cfg.PGDSN,
 		Workers: s.workers, Loops: s.loops, Resources: s.resources, TTL: s.ttl, Hold: s.hold,
 		Proxied: sc.proxied, Guard: sc.guard,
+		Leader: sc.leader, ResignEvery: sc.resignEvery, WorkerProxies: sc.workerProxies,
 	})
 	if err != nil {
 		return res, err

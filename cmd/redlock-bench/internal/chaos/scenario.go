@@ -27,6 +27,10 @@ type scenario struct {
 	longHold    bool          // holds last most of the TTL, so that a holder is inside when the fault hits
 	minTTL      time.Duration // a TTL at least this long: the fault takes that long to land
 
+	leader        bool // the workers are outbox relays electing a leader for one role (leader.go)
+	resignEvery   int  // a leader resigns after this many deliveries (0: never)
+	workerProxies bool // each worker reaches the masters through fault proxies of its own
+
 	fault func() injector                                                             // one run's fault
 	judge func(cfg Config, runs []chaosreport.Run, r *Row, fail func(string, ...any)) // the scenario's own bounds
 }
@@ -57,6 +61,7 @@ var scenarios = []*scenario{
 	failover,
 	partition,
 	overload,
+	leaderPause, leaderKill, leaderPartition, leaderResign,
 }
 
 func (sc *scenario) sizeFor(cfg Config) size {

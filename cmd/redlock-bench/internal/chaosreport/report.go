@@ -45,7 +45,11 @@ type Row struct {
 	GhostKeys           int     `json:"ghost_keys"` // paused-master-ghost: keys the master applied for nobody
 	GhostTTLMs          float64 `json:"ghost_ttl_ms"`
 	ClockJumpsDetected  int     `json:"clock_jumps_detected"` // master-clock-jump: jumps a client's clock monitor reported
-	Linearizable        string  `json:"linearizable"`         // the fenced store's history: ok, illegal or unknown
+	Failovers           int     `json:"failovers"`            // leader scenarios: leaders lost (killed, cut off, resigned) and replaced
+	FailoverP50Ms       float64 `json:"failover_p50_ms"`      // from the loss to the next leader's Campaign returning, over every run's failovers
+	FailoverP99Ms       float64 `json:"failover_p99_ms"`
+	FailoverMaxMs       float64 `json:"failover_max_ms"`
+	Linearizable        string  `json:"linearizable"` // the fenced store's history: ok, illegal or unknown
 	FaultInjected       bool    `json:"fault_injected"`
 	Observed            bool    `json:"observed"` // an overlap or a stale write was seen, where the lock alone cannot hold
 	Held                bool    `json:"held"`     // every invariant and bound of the scenario held
@@ -60,8 +64,9 @@ type Fault struct {
 	Resource   string    // the resource it aimed at, if one: recovery counts only its locks
 	Ghosts     int
 	GhostTTL   time.Duration
-	ClockJumps int    // jumps the coordinator's clock monitor reported
-	Variant    string // overrides the scenario's
+	ClockJumps int             // jumps the coordinator's clock monitor reported
+	Failovers  []time.Duration // leader scenarios: from each loss of the leader to the next leader
+	Variant    string          // overrides the scenario's
 }
 
 // Run is one run's record: its fault, the checks over its history, and what the workers
@@ -78,7 +83,7 @@ type Run struct {
 // It leaves Held and Problems to the caller, who may find more.
 func Sum(r *Row, masters int, runs []Run, fail func(format string, args ...any)) {
 	r.Runs, r.FaultInjected, r.Linearizable, r.RecoveryMs = len(runs), true, "ok", 0
-	var during, before, unavailable []time.Duration
+	var during, before, unavailable, failovers []time.Duration
 	for _, res := range runs {
 		c := res.Counts
 		r.Acquisitions += c.Acquisitions
@@ -130,6 +135,7 @@ func Sum(r *Row, masters int, runs []Run, fail func(format string, args ...any))
 		r.GhostKeys += res.Fault.Ghosts
 		r.GhostTTLMs = max(r.GhostTTLMs, Ms(res.Fault.GhostTTL))
 		r.ClockJumpsDetected += res.Fault.ClockJumps
+		failovers = append(failovers, res.Fault.Failovers...)
 		if len(res.Bad) > 0 {
 			r.Errors += len(res.Bad)
 		}
@@ -137,6 +143,9 @@ func Sum(r *Row, masters int, runs []Run, fail func(format string, args ...any))
 	r.AcquireP50Ms, r.AcquireP99Ms = Ms(percentile(during, 0.50)), Ms(percentile(during, 0.99))
 	r.HealthyP50Ms = Ms(percentile(before, 0.50))
 	r.UnavailableP99Ms = Ms(percentile(unavailable, 0.99))
+	r.Failovers = len(failovers)
+	r.FailoverP50Ms, r.FailoverP99Ms = Ms(percentile(failovers, 0.50)), Ms(percentile(failovers, 0.99))
+	r.FailoverMaxMs = Ms(percentile(failovers, 1))
 	r.Observed = r.LockOverlaps > 0 || r.StaleWrites > 0
 
 	if !r.FaultInjected {

@@ -21,6 +21,7 @@ type Recorder struct {
 	attempts []Attempt
 	answered map[int]bool // workers with an attempt the masters answered: won or refused
 	majority []int        // per won lock, the masters found holding it
+	termEnds []TermEnd
 	peakG    int
 	peakHeap uint64
 	changed  chan struct{} // closed and replaced on every event
@@ -80,6 +81,10 @@ func (r *Recorder) add(worker int, ev event) {
 			op.Outcome = chaoscheck.Unknown
 		}
 		r.calls[[2]int{worker, ev.ID}] = &op
+	case "ready":
+		r.answered[worker] = true
+	case "term_end":
+		r.termEnds = append(r.termEnds, *ev.Term)
 	case "stats":
 		r.peakG = max(r.peakG, ev.Goroutines)
 		r.peakHeap = max(r.peakHeap, ev.HeapBytes)
@@ -116,6 +121,70 @@ func (r *Recorder) Claimed(ctx context.Context, since time.Time, pred func(op ch
 	return r.waitFor(ctx, func(op chaoscheck.Op) bool {
 		return op.Kind == chaoscheck.Claim && op.Outcome == chaoscheck.OK && op.Call >= since.UnixNano() && (pred == nil || pred(op))
 	})
+}
+
+// Won waits for a holding won at or after since that pred accepts (nil: any), until ctx ends.
+func (r *Recorder) Won(ctx context.Context, since time.Time, pred func(h chaoscheck.Holding) bool) (chaoscheck.Holding, error) {
+	for {
+		r.mu.Lock()
+		for _, tok := range r.order {
+			h := *r.holdings[tok]
+			if h.Acquired >= since.UnixNano() && (pred == nil || pred(h)) {
+				r.mu.Unlock()
+				return h, nil
+			}
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return chaoscheck.Holding{}, fmt.Errorf("chaos: waiting for the workers: %w", context.Cause(ctx))
+		case <-ch:
+		}
+	}
+}
+
+// Killed records that worker was killed at at: its holdings not yet released end there, since
+// a dead process acts no more.
+func (r *Recorder) Killed(worker int, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.holdings {
+		if h.Worker == worker && h.Released == 0 {
+			h.Released = at.UnixNano()
+		}
+	}
+}
+
+// TermEnds returns the ends of terms the leader workers reported so far.
+func (r *Recorder) TermEnds() []TermEnd {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]TermEnd(nil), r.termEnds...)
+}
+
+// Ops returns the store calls recorded so far that pred accepts, answered or not.
+func (r *Recorder) Ops(pred func(op chaoscheck.Op) bool) []chaoscheck.Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []chaoscheck.Op
+	for _, op := range r.calls {
+		if pred(*op) {
+			out = append(out, *op)
+		}
+	}
+	return out
+}
+
+// Holdings returns the holdings reported so far, in the order they were won.
+func (r *Recorder) Holdings() []chaoscheck.Holding {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]chaoscheck.Holding, 0, len(r.order))
+	for _, tok := range r.order {
+		out = append(out, *r.holdings[tok])
+	}
+	return out
 }
 
 // Holder returns worker's live holding of res: won, not released.
@@ -180,15 +249,16 @@ func (r *Recorder) Live() map[string]bool {
 // Summary is what the workers reported besides the history.
 type Summary struct {
 	Attempts       []Attempt
-	Majority       []int    // per won lock, the masters found holding it; -1: not checked
-	PeakGoroutines int      // the most goroutines a worker ran
-	PeakHeap       uint64   // the most heap a worker held, in bytes
-	Bad            []string // lines that did not parse
+	TermEnds       []TermEnd // leader scenarios: how each term ended
+	Majority       []int     // per won lock, the masters found holding it; -1: not checked
+	PeakGoroutines int       // the most goroutines a worker ran
+	PeakHeap       uint64    // the most heap a worker held, in bytes
+	Bad            []string  // lines that did not parse
 }
 
 // Summary returns what the workers reported so far besides the history.
 func (r *Recorder) Summary() Summary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Summary{Attempts: r.attempts, Majority: r.majority, PeakGoroutines: r.peakG, PeakHeap: r.peakHeap, Bad: r.bad}
+	return Summary{Attempts: r.attempts, TermEnds: r.termEnds, Majority: r.majority, PeakGoroutines: r.peakG, PeakHeap: r.peakHeap, Bad: r.bad}
 }

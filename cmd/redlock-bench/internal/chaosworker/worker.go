@@ -1,10 +1,11 @@
 // Package chaosworker is the worker process of the chaos suite and the coordinator's handle on
 // it. A worker is the coordinating program started again with its [Config] in the environment
-// ([Env]); it takes locks on a few resources with redlock and a fence from a Redis counter,
-// writes through the fenced store of package chaosstore in each critical section, and reports
-// every attempt, holding and store call as a JSON line on its stdout. [Start] starts one, and a
-// [Recorder] collects what the workers report into a chaoscheck.History. It injects no fault:
-// that is package chaos.
+// ([Env]); it takes locks on a few resources with redlock and a fence from a Redis counter
+// (in the leader scenarios, it campaigns for a role with package leadership and relays while
+// it leads: leader.go), writes through the fenced store of package chaosstore in each critical
+// section, and reports every attempt, holding and store call as a JSON line on its stdout.
+// [Start] starts one, and a [Recorder] collects what the workers report into a
+// chaoscheck.History. It injects no fault: that is package chaos.
 package chaosworker
 
 import (
@@ -84,6 +85,10 @@ type Config struct {
 	Retry       time.Duration `json:"retry"`         // the longest pause after a lost attempt (uniform in [0, Retry])
 	Loops       int           `json:"loops"`         // goroutines taking locks, each one at a time
 	Guard       bool          `json:"restart_guard"` // redlock.WithRestartGuard, every GuardInterval
+
+	// The leader scenarios: the worker is an outbox relay (see lead) instead of a lock taker.
+	Leader      bool `json:"leader"`
+	ResignEvery int  `json:"resign_every"` // resign after this many deliveries (0: never)
 }
 
 // GuardInterval is how often a guarded worker's client samples the masters: a small part of
@@ -92,7 +97,7 @@ const GuardInterval = 100 * time.Millisecond
 
 // event is one line a worker writes to its stdout. Kind says which fields are set.
 type event struct {
-	Kind string `json:"ev"` // attempt, hold, call, ret, stats
+	Kind string `json:"ev"` // attempt, hold, call, ret, stats, ready, term_end
 
 	// attempt
 	Result  string `json:"result,omitempty"` // acquired, contended, unavailable, fence_unavailable, error
@@ -111,6 +116,9 @@ type event struct {
 	// stats
 	Goroutines int    `json:"goroutines,omitempty"`
 	HeapBytes  uint64 `json:"heap,omitempty"`
+
+	// term_end (ready, a leader worker's word that it has dialled the masters, has no field)
+	Term *TermEnd `json:"term,omitempty"`
 }
 
 // emitter writes events, one JSON line each, unbuffered, so that a process killed the next
@@ -170,6 +178,9 @@ func runWorker(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Write
 		return err
 	}
 	var seq atomic.Int64
+	if cfg.Leader {
+		return lead(ctx, cfg, client, masters, &storeClient{b: b, worker: cfg.ID, seq: &seq}, out)
+	}
 	var wg sync.WaitGroup
 	for range max(cfg.Loops, 1) {
 		wg.Go(func() { loop(ctx, cfg, client, direct, &storeClient{b: b, worker: cfg.ID, seq: &seq}, out) })
@@ -352,8 +363,9 @@ func (c *storeClient) claim(out *emitter, res string, f uint64) (job int64, ok b
 	return a.Job, a.Outcome == chaoscheck.OK
 }
 
-func (c *storeClient) write(out *emitter, res string, f uint64, job int64) {
-	c.recorded(out, chaoscheck.Write, res, f, job)
+// write delivers job on the row for f; false when the row refused f or did not answer.
+func (c *storeClient) write(out *emitter, res string, f uint64, job int64) bool {
+	return c.recorded(out, chaoscheck.Write, res, f, job).Outcome == chaoscheck.OK
 }
 
 // shadowRead returns the shadow row's next job; ok is false when the store did not answer.

@@ -32,6 +32,12 @@ type Spec struct {
 	TTL, Hold   time.Duration // the locks' TTL, and how long a holder stays inside
 	Proxied     bool          // masters behind fault proxies
 	Guard       bool          // the workers' clients run redlock.WithRestartGuard
+
+	// The leader scenarios: workers campaign for one role and relay while they lead
+	// (chaosworker.Config's Leader and ResignEvery).
+	Leader        bool
+	ResignEvery   int
+	WorkerProxies bool // each worker reaches the masters through fault proxies of its own
 }
 
 // World is one run: the masters, the fence counter, the store, the workers, and what the
@@ -42,12 +48,14 @@ type World struct {
 
 	Servers []*redisserver.Server // the masters' processes; an entry may be nil (a master under Sentinel)
 	Proxies []*faultproxy.Proxy   // nil unless Spec.Proxied
-	Masters []chaosworker.Master  // how workers reach each master
-	Direct  []string              // each master's own address, for the majority check
-	Counter *redisserver.Server
-	Store   *chaosstore.Store
-	Workers []*chaosworker.Proc // by worker id
-	Rec     *chaosworker.Recorder
+	// WorkerProxies[id][i] is worker id's way to master i, with Spec.WorkerProxies.
+	WorkerProxies [][]*faultproxy.Proxy
+	Masters       []chaosworker.Master // how workers reach each master
+	Direct        []string             // each master's own address, for the majority check
+	Counter       *redisserver.Server
+	Store         *chaosstore.Store
+	Workers       []*chaosworker.Proc // by worker id
+	Rec           *chaosworker.Recorder
 
 	cleanup []func()
 }
@@ -81,7 +89,8 @@ func (w *World) Close(keep bool) {
 // Start starts the masters a fault has not started itself, master i with server(i)'s
 // options, then the fence counter, the store and the workers, and returns once they are warm:
 // every worker has had an attempt answered by the masters (won, or refused because another
-// holds the resource), so its client is connected, and locks are being won (at least two).
+// holds the resource), so its client is connected, and locks are being won (at least two; with
+// Spec.Leader, every worker has dialled the masters and a leader was elected).
 func (w *World) Start(ctx context.Context, server func(i int) redisserver.Options) error {
 	if err := w.startMasters(ctx, server); err != nil {
 		return err
@@ -102,7 +111,11 @@ func (w *World) Start(ctx context.Context, server func(i int) redisserver.Option
 	// Not two locks per worker: with one resource and holds of 70% of a TTL, that is six
 	// holds in a row (at least 21 s in the failover scenario), and a refused attempt shows a
 	// connected client as well as a won one.
-	warm := func() bool { return w.Rec.Answered() == w.Spec.Workers && w.Rec.Acquisitions() >= 2 }
+	won := 2
+	if w.Spec.Leader {
+		won = 1 // a leader that never resigns holds its one term until the fault
+	}
+	warm := func() bool { return w.Rec.Answered() == w.Spec.Workers && w.Rec.Acquisitions() >= won }
 	if !WaitUntil(30*time.Second, func() bool { return warm() || ctx.Err() != nil }) {
 		return fmt.Errorf("%d of %d workers answered and %d locks won in 30 s of warm-up", w.Rec.Answered(), w.Spec.Workers, w.Rec.Acquisitions())
 	}
@@ -172,11 +185,29 @@ func (w *World) startMasters(ctx context.Context, server func(i int) redisserver
 	return nil
 }
 
+// AddWorker starts one more worker, with the next id, as Start started the others.
+func (w *World) AddWorker() error { return w.startWorker(len(w.Workers)) }
+
 func (w *World) startWorker(id int) error {
+	masters := w.Masters
+	if w.Spec.WorkerProxies {
+		masters = make([]chaosworker.Master, len(w.Masters))
+		proxies := make([]*faultproxy.Proxy, len(w.Masters))
+		for i, m := range w.Masters {
+			p, err := faultproxy.New(m.Addr)
+			if err != nil {
+				return err
+			}
+			w.AddCleanup(func() { _ = p.Close() })
+			proxies[i], masters[i] = p, chaosworker.Master{Addr: p.Addr()}
+		}
+		w.WorkerProxies = append(w.WorkerProxies, proxies)
+	}
 	cfg := chaosworker.Config{
-		ID: id, Masters: w.Masters, Direct: w.Direct, Counter: w.Counter.Addr(), Addr: w.Store.Addr(),
+		ID: id, Masters: masters, Direct: w.Direct, Counter: w.Counter.Addr(), Addr: w.Store.Addr(),
 		Resources: resources(w.Spec.Resources), TTL: w.Spec.TTL, NodeTimeout: w.Spec.NodeTimeout,
 		Hold: w.Spec.Hold, Retry: w.Spec.Retry, Loops: w.Spec.Loops, Guard: w.Spec.Guard,
+		Leader: w.Spec.Leader, ResignEvery: w.Spec.ResignEvery,
 	}
 	wp, err := chaosworker.Start(w.Dir, cfg, w.Rec)
 	if err != nil {
