@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"quorumlock.dev/redlock"
@@ -66,7 +67,7 @@ func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 func (t *Term) Progress() { t.lk.Progress() }
 
 // Resign ends the term: its context is cancelled first, then the identity
-// record is withdrawn and the lock released, which wakes the next
+// record is withdrawn and the lock released at once, which wakes the next
 // candidate. It returns once that is done, or when ctx ends (the release
 // goes on, each call bounded by the node timeout). A term that had already
 // ended gives an error wrapping its cause.
@@ -128,7 +129,7 @@ func (t *Term) checkHealth(bound time.Duration) {
 // end runs once the term's context ended: the hooks first, so that a
 // gauge drops before anyone else can lead (but for the lease running out,
 // which frees the role when the masters' keys expire), then the record is
-// withdrawn and the lock released.
+// withdrawn and the lock released, both at once.
 func (t *Term) end(cause error) {
 	h := t.e.cfg.hooks
 	if !errors.Is(cause, ErrResigned) && h.RenewalFailed != nil {
@@ -137,8 +138,14 @@ func (t *Term) end(cause error) {
 	if h.TermEnded != nil {
 		h.TermEnded(t.e.role, t.fence, cause)
 	}
-	t.e.withdraw(t.record)
-	// Bounded by the node timeout whatever the context; after a loss it
-	// frees what keys are left and says the lock was not held.
+	// The record and the lock at once: the release wakes the next
+	// candidate, which need not wait for the record's round (the withdraw
+	// deletes only a record that is still ours, and Leader believes a
+	// record only where it carries the lock's current token, so the order
+	// does not matter). Both are bounded by the node timeout whatever the
+	// context; after a loss the Unlock frees what keys are left.
+	var withdrawn sync.WaitGroup
+	withdrawn.Go(func() { t.e.withdraw(t.record) })
 	_ = t.lk.Unlock(context.Background())
+	withdrawn.Wait()
 }

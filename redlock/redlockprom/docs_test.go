@@ -13,12 +13,14 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// registered returns the names of the metric families m describes.
-func registered(t *testing.T, m *Metrics) map[string]bool {
+// registered returns the names of the metric families cs describe.
+func registered(t *testing.T, cs ...prometheus.Collector) map[string]bool {
 	t.Helper()
 	ch := make(chan *prometheus.Desc, 64)
 	go func() {
-		m.Describe(ch)
+		for _, c := range cs {
+			c.Describe(ch)
+		}
 		close(ch)
 	}()
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
@@ -54,7 +56,9 @@ func checkNames(t *testing.T, names map[string]bool, where, expr string) int {
 func TestDashboardNamesRegisteredMetrics(t *testing.T) {
 	m, err := New("quorumlock")
 	require.NoError(t, err)
-	names := registered(t, m)
+	leaders, err := NewLeaders("quorumlock", "relay")
+	require.NoError(t, err)
+	names := registered(t, m, leaders)
 	raw, err := os.ReadFile("../../docs/grafana/quorumlock-dashboard.json")
 	require.NoError(t, err)
 	var dash struct {
@@ -89,7 +93,9 @@ func TestDashboardNamesRegisteredMetrics(t *testing.T) {
 func TestAlertRules(t *testing.T) {
 	m, err := New("quorumlock")
 	require.NoError(t, err)
-	names := registered(t, m)
+	leaders, err := NewLeaders("quorumlock", "relay")
+	require.NoError(t, err)
+	names := registered(t, m, leaders)
 	raw, err := os.ReadFile("../../docs/grafana/alerts.yml")
 	require.NoError(t, err)
 	var rules struct {
@@ -119,7 +125,8 @@ func TestAlertRules(t *testing.T) {
 		assert.Equal(t, strings.Count(r.Expr, "("), strings.Count(r.Expr, ")"), "alert %s: unbalanced parentheses", r.Alert)
 	}
 	// The alerts docs/operations.md tells an operator to set.
-	for _, want := range []string{"QuorumlockFenceRejectionsAboveBaseline", "QuorumlockRenewalFailures", "QuorumlockMasterQuarantined", "QuorumlockCheckProblem"} {
+	for _, want := range []string{"QuorumlockFenceRejectionsAboveBaseline", "QuorumlockRenewalFailures", "QuorumlockMasterQuarantined", "QuorumlockCheckProblem",
+		"QuorumlockNoLeader", "QuorumlockTwoLeaders"} {
 		assert.True(t, alerts[want], "no alert %s", want)
 	}
 	doc, err := os.ReadFile("../../docs/operations.md")
