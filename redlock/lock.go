@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/internal/quorum"
 )
 
@@ -372,6 +373,9 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 		settled = func() bool { return enough(out) }
 	}
 	detached := context.WithoutCancel(ctx)
+	if bugs.CleanupOnCallerCtx {
+		detached = ctx
+	}
 	args := l.releaseArgs()
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		agreed, err := round.Result(i)

@@ -13,4 +13,5 @@ const (
 	LeaseFromRoundEnd   = false
 	CounterWithoutFloor = false
 	DoneLateAfterLease  = false
+	CleanupOnCallerCtx  = false
 )

@@ -18,4 +18,8 @@ var (
 	// DoneLateAfterLease: Done and Context asked for after the lease ran out
 	// start a timer instead of being closed (found by the simulator).
 	DoneLateAfterLease bool
+	// CleanupOnCallerCtx: the releases of a lost attempt run on the caller's
+	// context, so a caller whose context ended mid-attempt sends none and
+	// leaves its keys for a TTL (a bug of several Redlock clients).
+	CleanupOnCallerCtx bool
 )

@@ -48,6 +48,46 @@ func (r *run) check() {
 		}
 	}
 
+	// Liveness: while a Lock waits for a resource, the resource is never free
+	// for longer than a TTL in a stretch of the schedule with no fault (and
+	// none in the TTL before it, whose keys could still be there). In a mixed
+	// deployment (WithFairness on some clients only, against its doc) a
+	// client without fairness finds the key reserved for the fair queue's
+	// head after every release while fair waiters are queued, and may wait
+	// as long as they keep coming: only the fair clients' waits are checked
+	// there.
+	mixed := slices.Contains(r.s.Fair, true) && slices.Contains(r.s.Fair, false)
+	for _, w := range r.res.Waits {
+		if mixed && !r.s.Fair[w.client] {
+			continue
+		}
+		cur := w.began
+		gap := func(to time.Time) {
+			if to.After(w.ended) {
+				to = w.ended
+			}
+			if to.Sub(cur) > r.s.Config.TTL && r.healthy(cur.Add(-r.s.Config.TTL), to) {
+				r.violation("c%d.%d waited for %s from %v to %v (won: %v), and nobody held it from %v to %v, over a TTL, with no fault",
+					w.client, w.worker, w.resource, r.at(w.began), r.at(w.ended), w.won, r.at(cur), r.at(to))
+			}
+		}
+		for _, h := range byRes[w.resource] { // sorted by got above
+			if !heldUntil(h).After(cur) {
+				continue
+			}
+			if h.got.After(cur) {
+				gap(h.got)
+			}
+			cur = heldUntil(h)
+			if !cur.Before(w.ended) {
+				break
+			}
+		}
+		if cur.Before(w.ended) {
+			gap(w.ended)
+		}
+	}
+
 	// Leadership: a term's fence is never handed out twice; outside the
 	// documented failure modes, a term begins only once the one before it
 	// has ended (its context closed), and fences rise with the terms.
@@ -96,6 +136,22 @@ func (r *run) check() {
 			r.violation("an acknowledged write to %s is lost: the store has fence %d (%v), the last admitted was %d", key, f, err, t.fence)
 		}
 	}
+}
+
+// healthy reports whether no fault of the schedule was in effect between
+// a and b.
+func (r *run) healthy(a, b time.Time) bool {
+	for _, p := range r.frozen {
+		if !p.to.Before(a) && !p.from.After(b) {
+			return false
+		}
+	}
+	for _, f := range r.s.Faults {
+		if from, to := r.start.Add(f.at), r.start.Add(f.at+f.lasts); !to.Before(a) && !from.After(b) {
+			return false
+		}
+	}
+	return true
 }
 
 // fenceOf is h's fence for res.

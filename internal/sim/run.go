@@ -38,6 +38,14 @@ type holding struct {
 	end            time.Time // the worker was done with it and called Unlock
 }
 
+// waited is one Lock call on one resource, from its call to its return.
+type waited struct {
+	client, worker int
+	resource       string
+	began, ended   time.Time
+	won            bool
+}
+
 // term is one leadership term of a client's candidate.
 type term struct {
 	client int
@@ -52,7 +60,8 @@ type Result struct {
 	Holdings   []holding
 	Attempts   int // calls that asked for a lock
 	Writes     []write
-	Terms      []term // leadership terms, as the candidates saw them
+	Terms      []term   // leadership terms, as the candidates saw them
+	Waits      []waited // Lock calls on one resource
 	Violations []string
 	Trace      []string
 	Simulated  time.Duration // virtual time from start to end
@@ -78,6 +87,14 @@ type run struct {
 	res     Result
 	pauses  map[int][]fault // client pauses not yet taken, by client
 	checkMu sync.Mutex
+	later   sync.WaitGroup // checks that wait for a lost attempt's undo
+	frozen  []span         // client pauses as they were taken (a worker takes one when it reaches it)
+}
+
+// span is when a client's process was paused.
+type span struct {
+	client   int
+	from, to time.Time
 }
 
 // Run plays schedule s and checks it. Call it inside a synctest bubble,
@@ -85,6 +102,7 @@ type run struct {
 func Run(s Schedule) Result {
 	cfg := s.Config
 	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault)}
+	r.w.Latency = s.Latency
 	r.res.Schedule = s
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	clients := make([]*redlock.Client, cfg.Clients)
@@ -142,6 +160,7 @@ func Run(s Schedule) Result {
 	}
 	wg.Wait()
 	<-faults
+	r.later.Wait()
 	for _, c := range clients {
 		_ = c.Close()
 	}
@@ -219,6 +238,23 @@ func (r *run) apply(f fault) (heal func()) {
 		w.Masters[f.master].Restart()
 	case clockStep:
 		w.Masters[f.master].StepClock(f.delay)
+	case aofLag:
+		m := w.Masters[f.master]
+		snap := m.Snapshot()
+		return func() { m.RestartFrom(snap) }
+	case failover:
+		m := w.Masters[f.master]
+		snap := m.Snapshot()
+		gone := time.AfterFunc(f.delay, func() { m.Fail(memredis.ErrDown) })
+		return func() {
+			gone.Stop()
+			m.RestartFrom(snap)
+			m.Fail(nil)
+		}
+	case clockFast:
+		m := w.Masters[f.master]
+		m.SetClockRate(f.rate)
+		return func() { m.SetClockRate(1) }
 	case counterLost:
 		w.Counter.Restart()
 	case counterDown:
@@ -241,11 +277,15 @@ func (r *run) takePause(client int) time.Duration {
 }
 
 // worker runs cycles lock cycles of client c: lock one of the resources
-// (TryLock, Lock or LockAll), hold it, maybe extend it, write under its
-// fences through the guard, unlock.
+// (TryLock, Lock, LockAll, or Do), hold it (maybe extending it, or renewing
+// it through work longer than its TTL), write under its fences through the
+// guard, unlock.
 func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	cfg := r.s.Config
 	rng := rand.New(rand.NewPCG(r.s.Seed, uint64(client*workersPerClient+k+1)))
+	// A stream of its own for the choices added later (Do, Renew), so that
+	// the first stream's draws stay as they were.
+	rng2 := rand.New(rand.NewPCG(r.s.Seed, uint64(2000+client*workersPerClient+k)))
 	resources := make([]string, cfg.Resources)
 	for i := range resources {
 		resources[i] = fmt.Sprintf("job:%d", i)
@@ -253,7 +293,20 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	for range cycles {
 		res := resources[rng.IntN(len(resources))]
 		mode := rng.IntN(10)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.TTL)
+		renewed := rng2.IntN(4) == 0
+		wait := 4 * cfg.TTL
+		if mode == 2 {
+			// LockAll polls at the retry delay (no push wake-up for several
+			// resources): a TTL of it is enough to meet the others' holds.
+			wait = cfg.TTL
+		}
+		if mode < 2 && rng2.IntN(3) == 0 {
+			// A caller in a hurry: its context may end mid-round, and the
+			// lost attempt must still be cleaned up.
+			wait = time.Duration(rng2.Int64N(int64(3 * time.Millisecond)))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		ctx, att := withAttempt(ctx)
 		began := time.Now()
 		var l *redlock.Lock
 		var err error
@@ -271,8 +324,31 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		case mode < 3 && len(resources) > 1:
 			op = "LockAll"
 			l, err = c.LockAll(ctx, resources, cfg.TTL)
+		case renewed && rng2.IntN(2) == 0:
+			op = "Do"
+			won := false
+			err = c.Do(ctx, res, cfg.TTL, func(ctx context.Context, l *redlock.Lock) error {
+				won = true
+				r.waitedFor(client, k, res, began, true)
+				r.hold(ctx, l, client, k, rng, rng2, true, false)
+				return nil
+			})
+			r.mu.Lock()
+			r.res.Attempts++
+			r.mu.Unlock()
+			if !won {
+				r.waitedFor(client, k, res, began, false)
+				r.lost(att, client, k, op, []string{res}, began)
+			}
+			r.event("c%d.%d Do %s: %v", client, k, res, kindOf(err))
+			cancel()
+			if !won {
+				time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
+			}
+			continue
 		default:
 			l, err = c.Lock(ctx, res, cfg.TTL)
+			r.waitedFor(client, k, res, began, err == nil)
 		}
 		r.mu.Lock()
 		r.res.Attempts++
@@ -280,12 +356,89 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		if err != nil {
 			cancel()
 			r.event("c%d.%d %s %s: %v", client, k, op, res, kindOf(err))
+			if op == "LockAll" {
+				r.lost(att, client, k, op, resources, began)
+			} else {
+				r.lost(att, client, k, op, []string{res}, began)
+			}
 			time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
 			continue
 		}
-		r.hold(ctx, l, client, k, rng)
+		r.hold(ctx, l, client, k, rng, rng2, renewed, true)
 		cancel()
 	}
+}
+
+// waitedFor records a Lock call on res that returned now.
+func (r *run) waitedFor(client, k int, res string, began time.Time, won bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Waits = append(r.res.Waits, waited{client: client, worker: k, resource: res, began: began, ended: time.Now(), won: won})
+}
+
+// undoBound is how long after a lost call its undo may still be on its way
+// to a master that answers: the releases that were sent in the background
+// when their master's call returned, each bounded by the node timeout.
+const undoBound = 2*nodeTimeout + time.Millisecond
+
+// lost checks, once the undo of a lost call had time to land, that no
+// master that answered the client through the call and since then keeps a
+// lock key with a token the call sent.
+func (r *run) lost(att *attempt, client, k int, op string, resources []string, began time.Time) {
+	returned := time.Now()
+	r.later.Go(func() {
+		time.Sleep(undoBound)
+		for i, m := range r.w.Masters {
+			if !r.answers(client, i, began, time.Now()) {
+				continue
+			}
+			for _, res := range resources {
+				if v, ok := m.Get("lock:" + res); ok && att.has(v) {
+					r.violation("c%d.%d's %s of %s lost at %v, and master %d, which answered throughout, still kept its key %v later",
+						client, k, op, res, r.at(returned), i, undoBound)
+				}
+			}
+		}
+	})
+}
+
+// answers reports whether master i answered client's calls from a to b: no
+// fault of the schedule touched the two in that span (a delay shorter than
+// the node timeout is an answer, late).
+func (r *run) answers(client, i int, a, b time.Time) bool {
+	r.mu.Lock()
+	for _, p := range r.frozen {
+		if p.client == client && !p.to.Before(a) && !p.from.After(b) {
+			r.mu.Unlock()
+			return false
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range r.s.Faults {
+		from, to := r.start.Add(f.at), r.start.Add(f.at+f.lasts)
+		if to.Before(a) || from.After(b) {
+			continue
+		}
+		switch f.kind {
+		case delayed:
+			if f.client == client && (f.master == i || f.master == allMasters) && f.delay >= nodeTimeout {
+				return false
+			}
+		case lostAsk, lostReply:
+			if f.client == client && f.master == i {
+				return false
+			}
+		case paused, down, restarted, clockStep, aofLag, failover:
+			if f.master == i {
+				return false
+			}
+		case clientPause:
+			if f.client == client {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // termsPerCandidate is how many terms each client's candidate serves.
@@ -343,8 +496,10 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 	}
 }
 
-// hold is one critical section of l.
-func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *rand.Rand) {
+// hold is one critical section of l. A renewed one runs Renew and works for
+// up to one and a half TTLs, showing progress; an unlocked one ends with
+// Unlock (in Do, Do unlocks).
+func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng2 *rand.Rand, renewed, unlock bool) {
 	cfg := r.s.Config
 	h := holding{client: client, worker: k, resources: l.Resources(), got: time.Now(), until: l.Until()}
 	h.fences, h.fenced = l.Fences()
@@ -354,18 +509,38 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *ran
 	r.event("c%d.%d holds %v fences %v until %v", client, k, h.resources, h.fences, h.until.Sub(r.start))
 	r.backed(l, h, client, k)
 	time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
-	if rng.IntN(4) == 0 {
+	if renewed {
+		if err := l.Renew(cfg.TTL, 3*cfg.TTL); err != nil {
+			r.violation("c%d.%d: Renew: %v", client, k, err)
+		}
+		for range 1 + rng2.IntN(6) {
+			time.Sleep(cfg.TTL / 4)
+			l.Progress()
+		}
+		h.until = l.Until()
+		r.event("c%d.%d renewed until %v: %v", client, k, h.until.Sub(r.start), kindOf(context.Cause(l.Context())))
+	} else if rng.IntN(4) == 0 {
+		extendAt := time.Now()
 		if err := l.Extend(ctx, cfg.TTL); err == nil {
 			h.until = l.Until()
 			r.event("c%d.%d extended until %v", client, k, h.until.Sub(r.start))
 		} else {
 			r.event("c%d.%d extend: %v", client, k, kindOf(err))
+			// A failed Extend ends the lock and frees every master.
+			r.lostLock(l.Token(), client, k, h.resources, extendAt)
 		}
 	}
 	if d := r.takePause(client); d > 0 {
 		r.event("c%d.%d paused for %v", client, k, d)
+		r.mu.Lock()
+		r.frozen = append(r.frozen, span{client: client, from: time.Now(), to: time.Now().Add(d)})
+		r.mu.Unlock()
+		r.w.Freeze(client)
 		time.Sleep(d)
+		r.w.Thaw(client)
 	}
+	// A lock that ended early (a failed Extend or renewal) says so in Until.
+	h.until = l.Until()
 	if time.Now().After(h.until) {
 		select {
 		case <-l.Done():
@@ -389,15 +564,37 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *ran
 		r.event("c%d.%d write %s fence %d: %v", client, k, key, fc, err == nil)
 	}
 	h.end = time.Now()
-	unlockAt := time.Now()
-	err := l.Unlock(context.Background())
-	if took := time.Since(unlockAt); took > 2*nodeTimeout+time.Millisecond {
-		r.violation("c%d.%d: Unlock took %v, beyond twice the node timeout", client, k, took)
+	if unlock {
+		unlockAt := time.Now()
+		err := l.Unlock(context.Background())
+		if took := time.Since(unlockAt); took > 2*nodeTimeout+time.Millisecond {
+			r.violation("c%d.%d: Unlock took %v, beyond twice the node timeout", client, k, took)
+		}
+		r.event("c%d.%d unlock: %v", client, k, kindOf(err))
 	}
-	r.event("c%d.%d unlock: %v", client, k, kindOf(err))
 	r.mu.Lock()
 	r.res.Holdings = append(r.res.Holdings, h)
 	r.mu.Unlock()
+}
+
+// lostLock checks, once its releases had time to land, that a lock that
+// failed to extend left its token on no master that answered the client
+// from the Extend on.
+func (r *run) lostLock(token string, client, k int, resources []string, at time.Time) {
+	r.later.Go(func() {
+		time.Sleep(undoBound)
+		for i, m := range r.w.Masters {
+			if !r.answers(client, i, at, time.Now()) {
+				continue
+			}
+			for _, res := range resources {
+				if v, ok := m.Get("lock:" + res); ok && v == token {
+					r.violation("c%d.%d's Extend of %s failed at %v, and master %d, which answered throughout, still kept its key %v later",
+						client, k, res, r.at(at), i, undoBound)
+				}
+			}
+		}
+	})
 }
 
 // backed checks that the lease h was given is backed by the masters: on a
@@ -407,7 +604,7 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng *ran
 // not checked in such schedules.
 func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
 	for _, f := range r.s.Faults {
-		if f.kind == restarted || f.kind == clockStep {
+		if f.losesKeys() {
 			return
 		}
 	}
@@ -415,7 +612,7 @@ func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
 	for _, res := range h.resources {
 		key, n := "lock:"+res, 0
 		for _, m := range r.w.Masters {
-			if v, ok := m.Get(key); ok && v == l.Token() && !time.Now().Add(m.TTL(key)).Before(h.until) {
+			if v, ok := m.Get(key); ok && v == l.Token() && !m.ExpiresAt(key).Before(h.until) {
 				n++
 			}
 		}

@@ -36,16 +36,46 @@ const (
 	counterLost             // the fence counter's node loses its data
 	counterDown             // the fence counter's node refuses connections
 	clientPause             // a client process stops past its lease: documented failure mode
-	kinds
+	kinds                   // the kinds drawn from a schedule's first stream; those below from its second
+
+	aofLag    // a master restarts from its AOF without the last writes: documented failure mode
+	failover  // a master goes down and a replica that lacks the last writes takes over: documented failure mode
+	clockFast // a master's clock runs fast: within the drift allowance, or beyond it (documented failure mode)
+	allKinds
 )
 
-var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause"}
+var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
+	"aof-lag", "failover", "clock-fast"}
 
 func (k kind) String() string { return kindNames[k] }
 
 // unsafe reports a fault under which the lock alone may be held twice
 // (redlock's doc names them): only the fence protects then.
-func (k kind) unsafe() bool { return k == restarted || k == clockStep || k == clientPause }
+func (f fault) unsafe() bool {
+	switch f.kind {
+	case restarted, clockStep, clientPause, aofLag, failover:
+		return true
+	case clockFast:
+		return f.rate > driftRate
+	}
+	return false
+}
+
+// losesKeys reports a fault after which a master may lack keys it
+// acknowledged, or keep them for less than their TTL.
+func (f fault) losesKeys() bool {
+	switch f.kind {
+	case restarted, clockStep, aofLag, failover:
+		return true
+	case clockFast:
+		return f.rate > driftRate
+	}
+	return false
+}
+
+// driftRate is the fastest a master's clock may run within the client's
+// drift allowance (1% of the TTL, and 2 ms).
+const driftRate = 1.01
 
 // allMasters is a network fault's master when it hits all of them.
 const allMasters = -1
@@ -57,7 +87,8 @@ type fault struct {
 	lasts  time.Duration
 	client int
 	master int
-	delay  time.Duration // delayed; clock-step's jump
+	delay  time.Duration // delayed; clock-step's jump; aof-lag's and failover's lost stretch of writes
+	rate   float64       // clock-fast: how fast the master's clock runs
 }
 
 func (f fault) String() string {
@@ -75,6 +106,10 @@ func (f fault) String() string {
 		}
 	case paused, down, restarted:
 		fmt.Fprintf(&b, ", master %d", f.master)
+	case aofLag, failover:
+		fmt.Fprintf(&b, ", master %d, the last %v of writes lost", f.master, f.delay)
+	case clockFast:
+		fmt.Fprintf(&b, ", master %d at %gx", f.master, f.rate)
 	case clockStep:
 		fmt.Fprintf(&b, ", master %d by %v", f.master, f.delay)
 	case clientPause:
@@ -92,13 +127,16 @@ type Schedule struct {
 	Config Config
 	Faults []fault
 	Fair   []bool // by client: WithFairness
+	// Latency is every call's round trip on a healthy link, half each way:
+	// a call then takes time, and a caller's deadline can fall inside it.
+	Latency time.Duration
 }
 
 // Unsafe reports whether a fault of the schedule is a documented failure
 // mode of the lock alone.
 func (s Schedule) Unsafe() bool {
 	for _, f := range s.Faults {
-		if f.kind.unsafe() {
+		if f.unsafe() {
 			return true
 		}
 	}
@@ -147,13 +185,47 @@ func Draw(seed uint64, cfg Config) Schedule {
 		}
 		s.Faults = append(s.Faults, f)
 	}
+	// The kinds added later come from a second stream, so that adding them
+	// left the first stream's faults as they were.
+	r2 := rand.New(rand.NewPCG(seed, 0x5eed2))
+	s.Latency = []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond}[r2.IntN(4)]
+	// One more fault in three schedules of four: a kind added later, or a
+	// client's slow network to every master (slow rounds are where lease
+	// arithmetic goes wrong, and the first stream draws them rarely).
+	if r2.IntN(4) != 0 {
+		f := fault{
+			kind:   kinds + 1 + kind(r2.IntN(int(allKinds-kinds))),
+			at:     time.Duration(r2.Int64N(int64(span))),
+			master: r2.IntN(cfg.Masters),
+			client: r2.IntN(cfg.Clients),
+		}
+		if f.kind == allKinds {
+			f.kind, f.master = delayed, allMasters
+			f.delay = time.Duration(10+r2.IntN(39)) * time.Millisecond // within the node timeout
+			f.lasts = time.Duration(r2.Int64N(int64(cfg.TTL)))
+		}
+		switch f.kind {
+		case aofLag:
+			// appendfsync everysec loses up to about a second.
+			f.delay = time.Duration(1+r2.Int64N(1000)) * time.Millisecond
+			f.lasts = f.delay // the snapshot at the fault's time, the restart at its end
+		case failover:
+			// The replica lags by a few ms; the failover takes up to a TTL.
+			f.delay = time.Duration(1+r2.Int64N(50)) * time.Millisecond
+			f.lasts = f.delay + time.Duration(r2.Int64N(int64(cfg.TTL)))
+		case clockFast:
+			f.rate = []float64{1.001, 1.005, 1.5, 3}[r2.IntN(4)]
+			f.lasts = time.Duration(r2.Int64N(int64(2 * cfg.TTL)))
+		}
+		s.Faults = append(s.Faults, f)
+	}
 	return s
 }
 
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v\n",
-		s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair)
+	fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v, latency %v\n",
+		s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair, s.Latency)
 	for _, f := range s.Faults {
 		fmt.Fprintf(&b, "  %v\n", f)
 	}

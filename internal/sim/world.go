@@ -13,6 +13,8 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +36,10 @@ type World struct {
 	mu     sync.Mutex
 	paused []*pause // by master: nil, or the backlog of a paused master
 	cuts   map[[2]int]cut
-	writes []write // every guarded write, in the order the store applied it
+	writes []write               // every guarded write, in the order the store applied it
+	frozen map[int]chan struct{} // by client: a paused process, closed when it resumes
+	// Latency is every call's round trip on a healthy link.
+	Latency time.Duration
 }
 
 // pause is a paused master: calls queue up unanswered, and are applied in
@@ -52,7 +57,8 @@ type cut struct {
 
 // NewWorld makes n masters, a counter and a store; call it in the bubble.
 func NewWorld(n int) *World {
-	w := &World{Counter: memredis.New(), Store: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut)}
+	w := &World{Counter: memredis.New(), Store: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut),
+		frozen: make(map[int]chan struct{})}
 	for range n {
 		w.Masters = append(w.Masters, memredis.New())
 	}
@@ -90,6 +96,28 @@ func (w *World) Resume(i int) {
 	}
 }
 
+// Freeze stops client's process: a call it makes to a master from now on
+// waits until [World.Thaw], then finds its deadline passed or goes out
+// late, as the calls of a stopped process do (its timers cannot fire
+// while it is stopped).
+func (w *World) Freeze(client int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.frozen[client] == nil {
+		w.frozen[client] = make(chan struct{})
+	}
+}
+
+// Thaw resumes client's process.
+func (w *World) Thaw(client int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch := w.frozen[client]; ch != nil {
+		close(ch)
+		delete(w.frozen, client)
+	}
+}
+
 // Cut sets what the network does to client's calls to master i.
 func (w *World) Cut(client, i int, c cut) {
 	w.mu.Lock()
@@ -121,8 +149,18 @@ type link struct {
 // lost on the way, applied but unanswered, or queued behind a pause.
 func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, error)) (any, error) {
 	l.w.mu.Lock()
+	frozen := l.w.frozen[l.client]
+	l.w.mu.Unlock()
+	if frozen != nil {
+		<-frozen
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	l.w.mu.Lock()
 	c := l.w.cuts[[2]int{l.client, l.master}]
 	l.w.mu.Unlock()
+	c.delay += l.w.Latency
 	// A delay is half on the way there, half on the way back: the master
 	// applies the call before the caller hears of it.
 	if err := wait(ctx, c.delay/2); err != nil {
@@ -180,13 +218,56 @@ func wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// attempt is the tokens one call of a worker sent to lock keys (SET NX's
+// value, a script's first argument), so that what it left behind can be
+// found on the masters. It rides on the call's context, which the client
+// passes on to every master call of the attempt and to its undo.
+type attempt struct {
+	mu     sync.Mutex
+	tokens map[string]bool
+}
+
+type attemptKey struct{}
+
+func withAttempt(ctx context.Context) (context.Context, *attempt) {
+	a := &attempt{tokens: make(map[string]bool)}
+	return context.WithValue(ctx, attemptKey{}, a), a
+}
+
+func (a *attempt) sent(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tokens[token] = true
+}
+
+func (a *attempt) has(token string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tokens[token]
+}
+
+// record notes a token sent to a lock key under an attempt's context.
+func record(ctx context.Context, key string, token any) {
+	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok && strings.HasPrefix(key, "lock:") {
+		if s, ok := token.(string); ok {
+			a.sent(s)
+		} else {
+			a.sent(fmt.Sprint(token))
+		}
+	}
+}
+
 func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	record(ctx, key, value)
 	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
 	ok, _ := v.(bool)
 	return ok, err
 }
 
 func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	if len(keys) > 0 && len(args) > 0 {
+		record(ctx, keys[0], args[0])
+	}
 	return l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
 }
 
