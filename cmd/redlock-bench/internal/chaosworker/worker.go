@@ -168,6 +168,11 @@ func runWorker(ctx context.Context, cfg Config, stdin io.Reader, stdout io.Write
 	if cfg.Guard {
 		opts = append(opts, redlock.WithRestartGuard(max(GuardInterval, cfg.NodeTimeout)))
 	}
+	if cfg.Leader {
+		// Candidates queue: a release hands the role to the longest waiting one
+		// alone, instead of waking them all to split the masters' votes.
+		opts = append(opts, redlock.WithFairness(time.Second))
+	}
 	client, err := redlock.New(masters, opts...)
 	if err != nil {
 		return err
