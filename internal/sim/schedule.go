@@ -189,20 +189,25 @@ func Draw(seed uint64, cfg Config) Schedule {
 	// left the first stream's faults as they were.
 	r2 := rand.New(rand.NewPCG(seed, 0x5eed2))
 	s.Latency = []time.Duration{0, 100 * time.Microsecond, 500 * time.Microsecond, time.Millisecond}[r2.IntN(4)]
-	// One more fault in three schedules of four: a kind added later, or a
-	// client's slow network to every master (slow rounds are where lease
-	// arithmetic goes wrong, and the first stream draws them rarely).
+	// One more fault in three schedules of four, of a kind added later; and
+	// in one schedule of two a client's network to every master slow within
+	// the node timeout (slow rounds are where lease arithmetic goes wrong,
+	// and the first stream draws them rarely).
+	if r2.IntN(2) == 0 {
+		s.Faults = append(s.Faults, fault{
+			kind:   delayed,
+			at:     time.Duration(r2.Int64N(int64(span))),
+			client: r2.IntN(cfg.Clients),
+			master: allMasters,
+			delay:  time.Duration(24+r2.IntN(25)) * time.Millisecond,
+			lasts:  time.Duration(r2.Int64N(int64(cfg.TTL))),
+		})
+	}
 	if r2.IntN(4) != 0 {
 		f := fault{
-			kind:   kinds + 1 + kind(r2.IntN(int(allKinds-kinds))),
+			kind:   kinds + 1 + kind(r2.IntN(int(allKinds-kinds-1))),
 			at:     time.Duration(r2.Int64N(int64(span))),
 			master: r2.IntN(cfg.Masters),
-			client: r2.IntN(cfg.Clients),
-		}
-		if f.kind == allKinds {
-			f.kind, f.master = delayed, allMasters
-			f.delay = time.Duration(10+r2.IntN(39)) * time.Millisecond // within the node timeout
-			f.lasts = time.Duration(r2.Int64N(int64(cfg.TTL)))
 		}
 		switch f.kind {
 		case aofLag:
