@@ -141,17 +141,8 @@ func (r *run) check() {
 // healthy reports whether no fault of the schedule was in effect between
 // a and b.
 func (r *run) healthy(a, b time.Time) bool {
-	for _, p := range r.frozen {
-		if !p.to.Before(a) && !p.from.After(b) {
-			return false
-		}
-	}
-	for _, f := range r.s.Faults {
-		if from, to := r.start.Add(f.at), r.start.Add(f.at+f.lasts); !to.Before(a) && !from.After(b) {
-			return false
-		}
-	}
-	return true
+	every := func(int) bool { return true }
+	return r.undisturbed(a, b, every, func(fault) bool { return true })
 }
 
 // fenceOf is h's fence for res.

@@ -338,7 +338,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			r.mu.Unlock()
 			if !won {
 				r.waitedFor(client, k, res, began, false)
-				r.lost(att, client, k, op, []string{res}, began)
+				r.leftNothing(client, k, op+" lost", []string{res}, began, att.has)
 			}
 			r.event("c%d.%d Do %s: %v", client, k, res, kindOf(err))
 			cancel()
@@ -357,9 +357,9 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			cancel()
 			r.event("c%d.%d %s %s: %v", client, k, op, res, kindOf(err))
 			if op == "LockAll" {
-				r.lost(att, client, k, op, resources, began)
+				r.leftNothing(client, k, op+" lost", resources, began, att.has)
 			} else {
-				r.lost(att, client, k, op, []string{res}, began)
+				r.leftNothing(client, k, op+" lost", []string{res}, began, att.has)
 			}
 			time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
 			continue
@@ -381,21 +381,22 @@ func (r *run) waitedFor(client, k int, res string, began time.Time, won bool) {
 // when their master's call returned, each bounded by the node timeout.
 const undoBound = 2*nodeTimeout + time.Millisecond
 
-// lost checks, once the undo of a lost call had time to land, that no
-// master that answered the client through the call and since then keeps a
-// lock key with a token the call sent.
-func (r *run) lost(att *attempt, client, k int, op string, resources []string, began time.Time) {
+// leftNothing checks, once the undo of a call that lost (or of a lock whose
+// Extend failed) had time to land, that no master that answered the client
+// from since on keeps a lock key of resources with a token that ours says
+// was the call's. what names the call and its outcome, for the violation.
+func (r *run) leftNothing(client, k int, what string, resources []string, since time.Time, ours func(token string) bool) {
 	returned := time.Now()
 	r.later.Go(func() {
 		time.Sleep(undoBound)
 		for i, m := range r.w.Masters {
-			if !r.answers(client, i, began, time.Now()) {
+			if !r.answers(client, i, since, time.Now()) {
 				continue
 			}
 			for _, res := range resources {
-				if v, ok := m.Get("lock:" + res); ok && att.has(v) {
-					r.violation("c%d.%d's %s of %s lost at %v, and master %d, which answered throughout, still kept its key %v later",
-						client, k, op, res, r.at(returned), i, undoBound)
+				if v, ok := m.Get("lock:" + res); ok && ours(v) {
+					r.violation("c%d.%d's %s on %s at %v, and master %d, which answered throughout, still kept its key %v later",
+						client, k, what, res, r.at(returned), i, undoBound)
 				}
 			}
 		}
@@ -406,36 +407,37 @@ func (r *run) lost(att *attempt, client, k int, op string, resources []string, b
 // fault of the schedule touched the two in that span (a delay shorter than
 // the node timeout is an answer, late).
 func (r *run) answers(client, i int, a, b time.Time) bool {
+	return r.undisturbed(a, b, func(c int) bool { return c == client }, func(f fault) bool {
+		switch f.kind {
+		case delayed:
+			return f.client == client && (f.master == i || f.master == allMasters) && f.delay >= nodeTimeout
+		case lostAsk, lostReply:
+			return f.client == client && f.master == i
+		case paused, down, restarted, clockStep, aofLag, failover:
+			return f.master == i
+		case clientPause:
+			return f.client == client
+		}
+		return false
+	})
+}
+
+// undisturbed reports whether, between a and b, no client pause as taken
+// (of a client that counts) and no fault of the schedule (that counts) was
+// in effect.
+func (r *run) undisturbed(a, b time.Time, pauseCounts func(client int) bool, faultCounts func(fault) bool) bool {
+	overlaps := func(from, to time.Time) bool { return !to.Before(a) && !from.After(b) }
 	r.mu.Lock()
-	for _, p := range r.frozen {
-		if p.client == client && !p.to.Before(a) && !p.from.After(b) {
-			r.mu.Unlock()
+	frozen := slices.Clone(r.frozen)
+	r.mu.Unlock()
+	for _, p := range frozen {
+		if pauseCounts(p.client) && overlaps(p.from, p.to) {
 			return false
 		}
 	}
-	r.mu.Unlock()
 	for _, f := range r.s.Faults {
-		from, to := r.start.Add(f.at), r.start.Add(f.at+f.lasts)
-		if to.Before(a) || from.After(b) {
-			continue
-		}
-		switch f.kind {
-		case delayed:
-			if f.client == client && (f.master == i || f.master == allMasters) && f.delay >= nodeTimeout {
-				return false
-			}
-		case lostAsk, lostReply:
-			if f.client == client && f.master == i {
-				return false
-			}
-		case paused, down, restarted, clockStep, aofLag, failover:
-			if f.master == i {
-				return false
-			}
-		case clientPause:
-			if f.client == client {
-				return false
-			}
+		if overlaps(r.start.Add(f.at), r.start.Add(f.at+f.lasts)) && faultCounts(f) {
+			return false
 		}
 	}
 	return true
@@ -527,7 +529,8 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 		} else {
 			r.event("c%d.%d extend: %v", client, k, kindOf(err))
 			// A failed Extend ends the lock and frees every master.
-			r.lostLock(l.Token(), client, k, h.resources, extendAt)
+			token := l.Token()
+			r.leftNothing(client, k, "Extend failed", h.resources, extendAt, func(v string) bool { return v == token })
 		}
 	}
 	if d := r.takePause(client); d > 0 {
@@ -577,36 +580,18 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	r.mu.Unlock()
 }
 
-// lostLock checks, once its releases had time to land, that a lock that
-// failed to extend left its token on no master that answered the client
-// from the Extend on.
-func (r *run) lostLock(token string, client, k int, resources []string, at time.Time) {
-	r.later.Go(func() {
-		time.Sleep(undoBound)
-		for i, m := range r.w.Masters {
-			if !r.answers(client, i, at, time.Now()) {
-				continue
-			}
-			for _, res := range resources {
-				if v, ok := m.Get("lock:" + res); ok && v == token {
-					r.violation("c%d.%d's Extend of %s failed at %v, and master %d, which answered throughout, still kept its key %v later",
-						client, k, res, r.at(at), i, undoBound)
-				}
-			}
-		}
-	})
-}
-
 // backed checks that the lease h was given is backed by the masters: on a
 // majority, each of its keys holds its token and outlives Until (read on
 // the servers directly, at the instant the lock was handed out). A master
-// that restarted or whose clock stepped may have lost or shortened a key:
-// not checked in such schedules.
+// that restarted, or whose clock stepped or ran fast beyond the allowance,
+// while the lock was being taken may have lost or shortened a key then:
+// not checked when such a fault was in effect from the start of the
+// longest round (two node timeouts back) to the hand-out. One before it
+// left the lock's keys alone (they were set after it), and one after it
+// does not change what the masters held at the hand-out.
 func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
-	for _, f := range r.s.Faults {
-		if f.losesKeys() {
-			return
-		}
+	if !r.undisturbed(h.got.Add(-2*nodeTimeout), h.got, func(int) bool { return false }, fault.losesKeys) {
+		return
 	}
 	need := len(r.w.Masters)/2 + 1
 	for _, res := range h.resources {

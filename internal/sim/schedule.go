@@ -200,7 +200,7 @@ func Draw(seed uint64, cfg Config) Schedule {
 			client: r2.IntN(cfg.Clients),
 			master: allMasters,
 			delay:  time.Duration(24+r2.IntN(25)) * time.Millisecond,
-			lasts:  time.Duration(r2.Int64N(int64(cfg.TTL))),
+			lasts:  cfg.TTL + time.Duration(r2.Int64N(int64(cfg.TTL))),
 		})
 	}
 	if r2.IntN(4) != 0 {
