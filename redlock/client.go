@@ -401,7 +401,15 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, released [
 	if wrong > len(c.masters)-c.quorum {
 		return c.classify(ctx, 0, ErrWrongType, errs)
 	}
-	return c.classify(ctx, len(errs), ErrNotAcquired, errs)
+	err := c.classify(ctx, len(errs), ErrNotAcquired, errs)
+	won := round.Count(quorum.Agreed) > 0
+	for i := range released {
+		won = won || released[i].state.Load() == releasedHeld
+	}
+	if won && errors.Is(err, ErrNotAcquired) {
+		err = errors.Join(err, ErrVotesSplit)
+	}
+	return err
 }
 
 // classify joins the sentinel of a lost round with the per-master errors:

@@ -12,6 +12,11 @@ var (
 	// ErrNotAcquired: the lock was not won because other holders had it on
 	// enough masters that a majority was out of reach.
 	ErrNotAcquired = errors.New("redlock: not acquired")
+	// ErrVotesSplit joins ErrNotAcquired when the lost attempt won some
+	// masters but not a majority: the masters' votes were split between
+	// callers that tried at once (its keys were released again). The
+	// Attempted hook ([Hooks]) sees it on each such attempt.
+	ErrVotesSplit = errors.New("redlock: votes split")
 	// ErrQuorumUnavailable: so many masters failed or did not answer in time
 	// (the node timeout, or the caller's context if it ended first) that a
 	// majority was impossible, whoever held the lock; or the majority

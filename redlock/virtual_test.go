@@ -141,3 +141,26 @@ func TestCheckHungMasterVirtual(t *testing.T) {
 		servers[2].Resume()
 	})
 }
+
+// TestVirtualVotesSplit: an attempt that wins some masters but not a
+// majority says that the votes split; one that wins none does not.
+func TestVirtualVotesSplit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		c := virtualClient(t, masters)
+		ctx := context.Background()
+		servers[0].Set("lock:split", "a", time.Minute)
+		servers[2].Set("lock:split", "b", time.Minute)
+		_, err := c.TryLock(ctx, "split", time.Minute)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.ErrorIs(t, err, ErrVotesSplit)
+		synctest.Wait()
+		_, ok := servers[1].Get("lock:split")
+		assert.False(t, ok, "the key won on the minority is released")
+
+		servers[1].Set("lock:split", "a", time.Minute)
+		_, err = c.TryLock(ctx, "split", time.Minute)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		assert.NotErrorIs(t, err, ErrVotesSplit)
+	})
+}
