@@ -49,6 +49,7 @@ type Client struct {
 	cluster   bool             // some master spreads keys by hash slot: LockAll needs one hash tag
 	line      fair.Line[*Lock] // fair waiters that a release may hand the lock to
 	handed    atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
+	taken     atomic.Uint64    // locks a waiter of this client took from handoffs pushed by the masters (takePushed)
 	passed    atomic.Uint64    // ... and without a round (see passOn)
 	tag       string           // 8 hex digits in the ids of this client's queued waiters
 	stamped   atomic.Int64     // the last arrival stamp given (see stamp)
@@ -312,6 +313,9 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	if bugs.LeaseFromRoundEnd {
 		start, boot = c.clock.now()
 	}
+	if q != nil {
+		q.latest = queuedAttempt{token: l.token, ttl: ttl, start: start, boot: boot, round: round}
+	}
 	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
@@ -332,6 +336,9 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		}
 	}
 	l.until = deadline
+	// Its release goes to every master: one that refused a queued attempt
+	// may have handed the key to its token since.
+	l.queued = false
 	return l, nil, nil
 }
 

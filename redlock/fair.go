@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,27 @@ type queued struct {
 	ttlMS  int64         // the entry's TTL
 	pushed bool          // a release on a majority reaches us
 	last   *fairReplies
+	prefix string // of every attempt's token: prefix.<n>; Waiter.Entry is "<id> <prefix>"
+	tries  uint64 // queued attempts made
+	latest queuedAttempt
+	handed []string // scratch for push.Waiter.Handed
+}
+
+// queuedAttempt is the latest queued attempt of a waiter that lost: the
+// masters that refused it may hand the key to its token (its entry's
+// claim) later.
+type queuedAttempt struct {
+	token string
+	ttl   time.Duration
+	start time.Time     // when its round began
+	boot  time.Duration // the same on the clock that counts suspend
+	round *quorum.Round
+}
+
+// token is the token of q's next attempt.
+func (q *queued) token() string {
+	q.tries++
+	return q.prefix + "." + strconv.FormatUint(q.tries, 16)
 }
 
 // fairReplies is what fair_lock.lua said on each master in one attempt.
@@ -71,14 +93,19 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
 	now := c.stamp()
 	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
-	w.SetID(id)
+	w.SetID(id, len(c.masters), c.quorum)
 	wake := w.Wake()
-	return &queued{
+	prefix := newToken()
+	q := &queued{
 		Waiter: fair.NewWaiter[*Lock](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
 		wake:   wake,
 		keys:   []string{key},
 		ttlMS:  c.cfg.fairTTL.Milliseconds(),
+		prefix: prefix,
+		handed: make([]string, len(c.masters)),
 	}
+	q.Entry = id + " " + prefix
+	return q
 }
 
 // stamp is an arrival stamp: µs since the Unix epoch, and above every
@@ -125,7 +152,7 @@ func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 
 // fairCall is one queued attempt on master i, m: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.ID, q.At, q.ttlMS, c.tag)
+	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.ID, q.At, q.ttlMS, c.tag, q.prefix)
 	if err != nil {
 		return false, err
 	}
@@ -214,14 +241,20 @@ func (c *Client) planQueued(w *push.Waiter, round *quorum.Round, q *queued, poll
 }
 
 // dequeue removes q's entry in the background, each master bounded by the
-// node timeout, on every master but those whose call in won (the winning
-// round, whose script removed it; nil when q gave up) returned agreed. An
-// entry that a late call adds again expires.
-func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
+// node timeout, on every master but those whose call in won (the round of
+// the lock it took, whose script removed it; nil when q gave up) returned
+// agreed. A key that a release handed to one of q's tokens there is
+// released too, unless it holds token, the lock's: that one goes with
+// the lock. An entry that a late call adds again expires.
+func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round, token string) {
 	if won != nil && won.Count(quorum.Agreed) == len(c.masters) {
 		return
 	}
-	c.leave(ctx, q.keys, []any{q.ID}, func(i int) bool {
+	entry := q.Entry
+	if strings.HasPrefix(token, q.prefix) {
+		entry += " " + token
+	}
+	c.leave(ctx, q.keys, []any{entry}, func(i int) bool {
 		if won == nil {
 			return false
 		}
@@ -231,22 +264,84 @@ func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round) {
 	})
 }
 
-// leave removes the queue entries ids of keys (the lock key,
-// scripts/fair_leave.lua) in the background, on every master
-// but those skip names, each bounded by the node timeout. An entry that a
-// master misses, or that a late call adds again, expires.
-func (c *Client) leave(ctx context.Context, keys []string, ids []any, skip func(int) bool) {
+// leave removes the queue entries of keys (the lock key; entries as
+// fair.Waiter.Entry names them, scripts/fair_leave.lua) in the background,
+// on every master but those skip names, each bounded by the node timeout,
+// and releases a key handed to one of them. An entry that a master misses,
+// or that a late call adds again, expires.
+func (c *Client) leave(ctx context.Context, keys []string, entries []any, skip func(int) bool) {
 	ctx = context.WithoutCancel(ctx)
 	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		if skip != nil && skip(i) {
 			return true, nil
 		}
 		_, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (any, error) {
-			return m.Eval(ctx, fairLeaveScript, keys, ids...)
+			return m.Eval(ctx, fairLeaveScript, keys, entries...)
 		})
 		if err != nil && err != errStuck { // a master the breaker skipped was not asked
 			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)
 		}
 		return err == nil, err
 	})
+}
+
+// takePushed is the start of a queued waiter's try: when releases handed
+// the key to the token of its latest attempt on a majority of masters that
+// refused that attempt, the lock is its with no round of its own (ok
+// true; err when the fence could not be minted). A master that refused the
+// attempt had queued its entry, whose claim is that token, before the
+// release set the key to it, so the keys were set after the attempt's
+// round began: a lease counted from that start is backed, as an attempt's
+// is (docs/design.md, "Handoff between clients"). Too little of the lease
+// left, too few masters: the next attempt takes the handed keys over
+// (fair_lock.lua).
+func (lw *lockWait) takePushed(ctx context.Context) (l *Lock, err error, ok bool) {
+	c, q := lw.c, lw.q
+	a := q.latest
+	if a.round == nil {
+		return nil, nil, false
+	}
+	lw.w.Handed(q.handed)
+	var agreed []bool // the masters that count
+	n := 0
+	for i, t := range q.handed {
+		if t == a.token && refused(a.round, i) && !c.watcher.Quarantined(i) {
+			if agreed == nil {
+				agreed = make([]bool, len(c.masters))
+			}
+			agreed[i] = true
+			n++
+		}
+	}
+	if n < c.quorum {
+		return nil, nil, false
+	}
+	lease := c.lease(a.ttl)
+	deadline, untilBoot := a.start.Add(lease), a.boot+lease
+	now, boot := c.clock.now()
+	if left := min(deadline.Sub(now), untilBoot-boot); left < lease/4*3 {
+		return nil, nil, false
+	}
+	q.latest = queuedAttempt{}
+	l = newLock(c, lw.resource, a.token)
+	l.round, l.untilBoot = quorum.Settled(agreed), untilBoot
+	if c.cfg.minter != nil {
+		if err := c.mint(ctx, l, deadline); err != nil {
+			c.abandon(ctx, l.round, l)
+			return nil, err, true
+		}
+	}
+	l.until = deadline
+	c.taken.Add(1)
+	if attempted := c.cfg.hooks.Attempted; attempted != nil {
+		now, _ := c.clock.now()
+		attempted(now.Sub(a.start), deadline.Sub(now), nil)
+	}
+	return l, nil, true
+}
+
+// refused reports whether master i's call in round returned a refusal.
+func refused(round *quorum.Round, i int) bool {
+	agreed, err, ok := round.Returned(i)
+	return ok && !agreed && err == nil
 }

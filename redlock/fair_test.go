@@ -23,41 +23,42 @@ import (
 // agrees with it.
 func TestQueueKeys(t *testing.T) {
 	tests := []struct {
-		key, q, e string
-		ok        bool
+		key, q, e, h string
+		ok           bool
 	}{
-		{"lock:a", "lockqu:{lock:a}", "locktu:{lock:a}", true},
-		{"lock:{sku}:1", "lockq:{sku}:1", "lockt:{sku}:1", true},
-		{"lock:a{b", "lockqu:{lock:a{b}", "locktu:{lock:a{b}", true},
-		{"lock:{}x", "", "", false}, // an empty tag is no tag, and the '}' ends any tag we make
-		{"lock:a}b", "", "", false},
+		{"lock:a", "lockqu:{lock:a}", "locktu:{lock:a}", "lockhu:{lock:a}", true},
+		{"lock:{sku}:1", "lockq:{sku}:1", "lockt:{sku}:1", "lockh:{sku}:1", true},
+		{"lock:a{b", "lockqu:{lock:a{b}", "locktu:{lock:a{b}", "lockhu:{lock:a{b}", true},
+		{"lock:{}x", "", "", "", false}, // an empty tag is no tag, and the '}' ends any tag we make
+		{"lock:a}b", "", "", "", false},
 	}
 	s := memredis.New()
-	names := driver.NewScript(queueLua + "local q, e = queue_of(KEYS[1]) return {q or '', e or ''}")
+	names := driver.NewScript(queueLua + "local q, e, h = queue_of(KEYS[1]) return {q or '', e or '', h or ''}")
 	for _, tt := range tests {
 		got, err := s.Conn().Eval(context.Background(), names, []string{tt.key})
 		require.NoError(t, err, tt.key)
-		assert.Equal(t, []any{tt.q, tt.e}, got, tt.key)
-		q, e, ok := queueKeys(tt.key)
+		assert.Equal(t, []any{tt.q, tt.e, tt.h}, got, tt.key)
+		q, e, h, ok := queueKeys(tt.key)
 		assert.Equal(t, tt.ok, ok, tt.key)
 		assert.Equal(t, tt.q, q, tt.key)
 		assert.Equal(t, tt.e, e, tt.key)
+		assert.Equal(t, tt.h, h, tt.key)
 	}
 }
 
 // queueKeys is scripts/queue.lua's queue_of, for tests that look at a
 // queue on the masters.
-func queueKeys(key string) (q, e string, ok bool) {
+func queueKeys(key string) (q, e, h string, ok bool) {
 	r := strings.TrimPrefix(key, "lock:")
 	if o := strings.IndexByte(r, '{'); o >= 0 {
 		if n := strings.IndexByte(r[o+1:], '}'); n > 0 {
-			return "lockq:" + r, "lockt:" + r, true
+			return "lockq:" + r, "lockt:" + r, "lockh:" + r, true
 		}
 	}
 	if strings.IndexByte(r, '}') >= 0 {
-		return "", "", false
+		return "", "", "", false
 	}
-	return "lockqu:{" + key + "}", "locktu:{" + key + "}", true
+	return "lockqu:{" + key + "}", "locktu:{" + key + "}", "lockhu:{" + key + "}", true
 }
 
 // fairClient is a fair client whose node timeout is as long as entryTTL
@@ -97,7 +98,7 @@ func heldEverywhere(t *testing.T, admin []*redis.Client, resource string, l *Loc
 // queuedOn waits until every server has n entries in resource's queue.
 func queuedOn(t *testing.T, admin []*redis.Client, resource string, n int64) {
 	t.Helper()
-	q, _, _ := queueKeys("lock:" + resource)
+	q, _, _, _ := queueKeys("lock:" + resource)
 	if !assert.Eventually(t, func() bool {
 		for _, a := range admin {
 			if got, err := a.ZCard(context.Background(), q).Result(); err != nil || got != n {
@@ -133,7 +134,7 @@ func TestFairReleaserDoesNotCutIn(t *testing.T) {
 				first, err := holderC.TryLock(ctx, res, time.Minute)
 				require.NoError(t, err)
 				waiting := lockAsync(ctx, waiterC, res, time.Minute)
-				q, e, _ := queueKeys("lock:" + res)
+				q, e, _, _ := queueKeys("lock:" + res)
 				synctest.Wait() // the waiter lost its attempt and is queued
 				queued := 0
 				for _, s := range servers {
@@ -224,7 +225,7 @@ func TestFairDeadWaiter(t *testing.T) {
 	defer cancel()
 
 	holder := heldFor(ctx, t, c, admin, res)
-	q, e, _ := queueKeys("lock:" + res)
+	q, e, _, _ := queueKeys("lock:" + res)
 	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
 	var deadline time.Time
 	for _, a := range admin {
@@ -316,7 +317,7 @@ func TestFairTryLock(t *testing.T) {
 	c := fairClient(t, masters, defaultFairEntryTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	q, e, _ := queueKeys("lock:" + res)
+	q, e, _, _ := queueKeys("lock:" + res)
 
 	holder := heldFor(ctx, t, c, admin, res)
 	for _, a := range admin {

@@ -101,6 +101,7 @@ func TestFairNoQueueVirtual(t *testing.T) {
 			for _, k := range s.Keys() {
 				assert.NotContains(t, k, "lockq", "a queue key on %s", s.Addr())
 				assert.NotContains(t, k, "lockt", "a queue key on %s", s.Addr())
+				assert.NotContains(t, k, "lockh", "a queue key on %s", s.Addr())
 			}
 		}
 	})

@@ -98,7 +98,7 @@ func (l *Lock) passOn(ctx context.Context, q *fair.Waiter[*Lock], until time.Tim
 // after q is then next in line (package fair). A q that left the line
 // meanwhile does not take it: l is freed.
 func (c *Client) deliver(ctx context.Context, q *fair.Waiter[*Lock], l *Lock) {
-	if !c.line.Deliver(q, l, l.passed, func() { l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.ID) }) {
+	if !c.line.Deliver(q, l, l.passed, func() { l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.Entry) }) {
 		l.abandonHanded(ctx, nil)
 	}
 }

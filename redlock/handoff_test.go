@@ -284,10 +284,10 @@ func nothingLeft(t *testing.T, admin []*redis.Client, resource string, within ti
 	t.Helper()
 	ctx := context.Background()
 	key := "lock:" + resource
-	q, e, _ := queueKeys(key)
+	q, e, h, _ := queueKeys(key)
 	if !assert.Eventually(t, func() bool {
 		for _, a := range admin {
-			if n, err := a.Exists(ctx, q, e, key).Result(); err != nil || n != 0 {
+			if n, err := a.Exists(ctx, q, e, h, key).Result(); err != nil || n != 0 {
 				return false
 			}
 		}

@@ -145,15 +145,24 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 		}
 	}
 	if q != nil {
+		if l, err, ok := lw.takePushed(ctx); ok {
+			if err == nil {
+				lw.took, lw.won = l, l.round
+			}
+			return l, nil, err, true
+		}
 		q.pushed = c.readyQueued(ctx, lw.w)
 		if !c.line.Attempting(q.Waiter, true, false) {
 			lw.handed = <-q.Grant // passed to us since the check above
 			return nil, nil, nil, false
 		}
 	}
-	if lw.multi != nil {
+	switch {
+	case lw.multi != nil:
 		l, _ = c.newMulti(lw.multi, lw.ttl) // checked by LockAll
-	} else {
+	case q != nil:
+		l = newLock(c, lw.resource, q.token())
+	default:
 		l = newLock(c, lw.resource, newToken())
 	}
 	if lw.w != nil {
@@ -274,7 +283,11 @@ func (lw *lockWait) end(ctx context.Context) {
 		left.abandonHanded(ctx, nil)
 	}
 	if lw.took == nil || !lw.took.passed {
-		c.dequeue(ctx, q, lw.won) // a lock passed on carries our entry in its stale list
+		token := ""
+		if lw.took != nil {
+			token = lw.took.token
+		}
+		c.dequeue(ctx, q, lw.won, token) // a lock passed on carries our entry in its stale list
 	}
 }
 

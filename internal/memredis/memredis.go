@@ -616,7 +616,7 @@ func (s *Server) command(args []string) (any, error) {
 		return nil
 	}
 	if err := need(map[string]int{"time": 0, "get": 1, "set": 2, "del": 1, "exists": 1, "pttl": 1, "pexpire": 2,
-		"persist": 1, "publish": 2, "incr": 1, "decr": 1, "hget": 2, "hset": 3, "hgetall": 1, "zadd": 3,
+		"persist": 1, "publish": 2, "incr": 1, "decr": 1, "hget": 2, "hset": 3, "hdel": 2, "hgetall": 1, "zadd": 3,
 		"zrem": 2, "zrange": 3, "zrangebyscore": 3, "zremrangebyscore": 3, "zscore": 2}[name]); err != nil {
 		return nil, err
 	}
@@ -701,7 +701,7 @@ func (s *Server) command(args []string) (any, error) {
 		}
 		e.s = strconv.FormatInt(cur, 10)
 		return cur, nil
-	case "hget", "hset", "hgetall":
+	case "hget", "hset", "hdel", "hgetall":
 		return s.hashCommand(name, a)
 	}
 	return s.zsetCommand(name, a)
@@ -773,6 +773,22 @@ func (s *Server) hashCommand(name string, a []string) (any, error) {
 				e.fields = append(e.fields, a[i])
 			}
 			e.h[a[i]] = a[i+1]
+		}
+		return n, nil
+	case "hdel":
+		n := int64(0)
+		if e == nil {
+			return n, nil
+		}
+		for _, f := range a[1:] {
+			if _, ok := e.h[f]; ok {
+				n++
+				delete(e.h, f)
+				e.fields = slices.DeleteFunc(e.fields, func(g string) bool { return g == f })
+			}
+		}
+		if len(e.h) == 0 {
+			delete(s.keys, a[0])
 		}
 		return n, nil
 	}

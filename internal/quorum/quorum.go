@@ -228,6 +228,26 @@ wait:
 	return r
 }
 
+// Settled returns a round that ran no call: it has ended, and every node's
+// call returned, agreed where agreed[i] and refused elsewhere. It stands
+// for what the nodes did without a round of the caller's, so that undoing
+// it reaches every node at once.
+func Settled(agreed []bool) *Round {
+	r := &Round{deadline: time.Now(), decided: true}
+	if len(agreed) <= len(r.small) {
+		r.nodes = r.small[:len(agreed)]
+	} else {
+		r.nodes = make([]node, len(agreed))
+	}
+	for i, a := range agreed {
+		r.record(result{node: i, agreed: a})
+		r.nodes[i].returned = true
+		r.nodes[i].call = result{node: i, agreed: a}
+	}
+	r.returnedN = len(agreed)
+	return r
+}
+
 type result struct {
 	node   int
 	agreed bool

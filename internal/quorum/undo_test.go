@@ -420,3 +420,22 @@ func TestResultOfLateCall(t *testing.T) {
 	assert.True(t, agreed)
 	assert.NoError(t, err)
 }
+
+// TestSettled: a settled round counts its answers, reports every call as
+// returned, and its undo reaches every node at once.
+func TestSettled(t *testing.T) {
+	r := Settled([]bool{true, false, true})
+	assert.Equal(t, 2, r.Count(Agreed))
+	assert.Equal(t, 1, r.Count(Refused))
+	assert.Equal(t, Refused, r.Answer(1))
+	for i := range 3 {
+		agreed, err, ok := r.Returned(i)
+		assert.True(t, ok)
+		assert.NoError(t, err)
+		assert.Equal(t, i != 1, agreed)
+	}
+	var undone atomic.Int32
+	r.Undo(context.Background(), time.Second, func(ctx context.Context, node int) { undone.Add(1) })
+	r.WaitUndone()
+	assert.Equal(t, int32(3), undone.Load())
+}

@@ -1,26 +1,19 @@
--- A queued waiter leaves: it won, gave up or failed. Its entry goes, with any that expired; a
--- reservation left for the queue wakes the new head, or is deleted when nobody is left.
--- KEYS[1] lock key; ARGV the ids that leave (one, or several entries that locks passed on
--- in-process left behind). Returns 1.
-local q, e = queue_of(KEYS[1])
+-- A queued waiter leaves: it won, gave up or failed. Its entry goes, with any that expired; a key
+-- that a release handed to it is released (it goes on to the next head); a reservation left for
+-- the queue goes to the new head (hand_to_head), or is deleted when nobody is left.
+-- KEYS[1] lock key; ARGV the entries that leave, as drop_entries reads them (one, or several that
+-- locks passed on in-process left behind). Returns 1.
+local q, e, h = queue_of(KEYS[1])
 if not q then
   return 1
 end
-local gone = redis.call('ZRANGEBYSCORE', e, '-inf', now_ms())
-for i = 1, #ARGV do
-  gone[#gone + 1] = ARGV[i]
-end
-for i = 1, #gone do
-  redis.call('ZREM', q, gone[i])
-  redis.call('ZREM', e, gone[i])
-end
-if redis.call('GET', KEYS[1]) == 'q' then
-  local head = redis.call('ZRANGE', q, 0, 0)[1]
-  if head then
-    redis.call('PUBLISH', KEYS[1], 'q/' .. head)
-  else
-    redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[1], 'q')
-  end
+local now = now_ms()
+expire_entries(q, e, h, now)
+local v = redis.call('GET', KEYS[1])
+if drop_entries(q, e, h, v, 1) then
+  release_key(KEYS[1], v)
+elseif v == 'q' and not hand_to_head(KEYS[1], 'q', q, e, h, now) then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1], 'q')
 end
 return 1

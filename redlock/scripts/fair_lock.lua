@@ -3,7 +3,11 @@
 -- waiters whose entries have not expired; otherwise enqueue us, or refresh our entry.
 -- KEYS[1] lock key; its queue and the entries' deadlines are queue.lua's queue_of.
 -- ARGV[1] token, ARGV[2] lock TTL in ms, ARGV[3] id, ARGV[4] stamp, ARGV[5] entry TTL in ms,
--- ARGV[6] our client's tag (the ids of its waiters hold it at characters 15-22).
+-- ARGV[6] our client's tag (the ids of its waiters hold it at characters 15-22), ARGV[7] the prefix
+-- of every token of our waiter's attempts ('' for none). Our entry's claim (hand_to_head in
+-- queue.lua) is this attempt's token and TTL: a release hands us the key with them.
+-- A key that holds a token with our prefix was handed to us (or set by an attempt of ours whose
+-- release has not come yet): it takes this attempt's token and TTL like a free key.
 -- Returns {1} when the key is ours (and our entry is gone), else {0, value of the key or false,
 -- ms until it may be free: the key's PTTL, or, when the key is free for another head, until
 -- that head's entry expires, the arrival stamp (14 hex digits of µs, as in the ids) of the first
@@ -11,7 +15,7 @@
 -- other client's can be earlier), '' when there is none}.
 -- A key that can have no queue (see queue_of) gets a plain SET NX, and '0' as the first foreign
 -- stamp: no waiter of ours is known to be ahead of anyone.
-local q, e = queue_of(KEYS[1])
+local q, e, h = queue_of(KEYS[1])
 if not q then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {1}
@@ -19,19 +23,26 @@ if not q then
   return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), '0'}
 end
 local now = now_ms()
-expire_entries(q, e, now)
+expire_entries(q, e, h, now)
 local v = redis.call('GET', KEYS[1])
+if v and ARGV[7] ~= '' and string.sub(v, 1, #ARGV[7]) == ARGV[7] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  drop(q, e, h, ARGV[3])
+  return {1}
+end
 redis.call('ZADD', q, ARGV[4], ARGV[3])
 local head = redis.call('ZRANGE', q, 0, 0)[1]
 if head == ARGV[3] and (not v or v == 'q') then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', q, ARGV[3])
-  redis.call('ZREM', e, ARGV[3])
+  drop(q, e, h, ARGV[3])
   return {1}
 end
 local ttl = tonumber(ARGV[5])
 redis.call('ZADD', e, now + ttl, ARGV[3])
-for _, k in ipairs({q, e}) do
+if ARGV[7] ~= '' then
+  redis.call('HSET', h, ARGV[3], ARGV[1] .. ' ' .. ARGV[2])
+end
+for _, k in ipairs({q, e, h}) do
   if redis.call('PTTL', k) < ttl then
     redis.call('PEXPIRE', k, ttl)
   end

@@ -40,6 +40,7 @@ type Waiter[L comparable] struct {
 	At    int64         // the arrival stamp, µs since the Unix epoch
 	Key   string        // the lock key
 	TTL   time.Duration // of the lock it waits for: what a direct handoff sets
+	Entry string        // the caller's: how a script that removes its entry names it
 	Grant chan L        // cap 1: a lock handed to the waiter
 	nudge func()        // try again at once
 

@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,18 +64,45 @@ func TestWakeAfter(t *testing.T) {
 func TestOwnReleaseDoesNotWake(t *testing.T) {
 	w := &Waiter{wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
 	w.SetOwn("mine")
-	if w.wants("mine") {
+	if w.wants("mine", 0) {
 		t.Error("woke on the release of its own attempt")
 	}
-	w.SetID("me")
-	if w.wants("mine/me") {
+	w.SetID("me", 1, 1)
+	if w.wants("mine/me", 0) {
 		t.Error("woke on its own release handing the key to it")
 	}
-	if !w.wants("theirs/me") {
+	if !w.wants("theirs/me", 0) {
 		t.Error("did not wake on another holder's handoff to it")
 	}
-	w.SetID("")
-	if !w.wants("theirs") {
+	w.SetID("", 1, 1)
+	if !w.wants("theirs", 0) {
 		t.Error("did not wake on another holder's release")
+	}
+}
+
+// TestHandoffRecorded: a handoff that names the waiter and a token is
+// recorded for the master it came from; the waiter wakes once a majority
+// handed it the key with its own attempt's token, not before, and not for
+// an older token. One naming another waiter, or a reservation (no token),
+// records nothing.
+func TestHandoffRecorded(t *testing.T) {
+	w := &Waiter{wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	w.SetID("me", 3, 2)
+	w.SetOwn("t2")
+	if w.wants("theirs/me/t2", 2) {
+		t.Error("woke at the first of a majority's handoffs")
+	}
+	if w.wants("theirs/me/t1", 1) {
+		t.Error("woke on a handoff to an older attempt's token")
+	}
+	w.wants("theirs/other/t9", 0)
+	w.wants("theirs/me", 0)
+	got := make([]string, 3)
+	w.Handed(got)
+	if want := []string{"", "t1", "t2"}; !slices.Equal(got, want) {
+		t.Errorf("handed %q, want %q", got, want)
+	}
+	if !w.wants("theirs/me/t2", 0) {
+		t.Error("did not wake once a majority handed it the key")
 	}
 }

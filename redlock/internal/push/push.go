@@ -44,6 +44,7 @@ func NewHub(conns []driver.Conn, labels []string, logger *slog.Logger) *Hub {
 // the connection itself, so a master that hangs holds these two goroutines
 // and nothing else.
 type subscriber struct {
+	i    int // the master's index
 	ps   driver.Subscription
 	kick chan struct{} // cap 1: something for write to do
 	done chan struct{}
@@ -73,6 +74,8 @@ type Waiter struct {
 	holder string // wake only on this token's release; "": on any
 	own    string // the token of its own attempt, whose undo is no reason to wake
 	id     string // queued (fair): wake only on a handoff to this id
+	handed []string // queued: by master, the token the last handoff to id there named
+	quorum int      // queued: handoffs to own that make a majority
 	got    int    // queued: releases worth waking for since the last attempt
 	need   int    // queued: how many releases make a majority free; 0: any one
 }
@@ -113,6 +116,7 @@ func (h *Hub) start() {
 			continue
 		}
 		s := &subscriber{
+			i:     i,
 			ps:    sm.Subscribe(ctx), // no channels yet: no I/O
 			kick:  make(chan struct{}, 1),
 			done:  make(chan struct{}),
@@ -356,7 +360,7 @@ func (s *subscriber) deliver(channel, token string) {
 		return
 	}
 	for w := range ch.waiters {
-		if w.wants(token) {
+		if w.wants(token, s.i) {
 			Signal(w.wake)
 		}
 	}
@@ -374,10 +378,13 @@ func (w *Waiter) Drain() {
 	}
 }
 
-// wants reports whether a release message (the released token, and
-// "/head" when the key was handed to a queue's head) is worth waking for.
-func (w *Waiter) wants(msg string) bool {
+// wants reports whether a release message from master i (the released
+// token; "/head" when the key was reserved for a queue's head,
+// "/head/token" when it was handed to the head with that token) is worth
+// waking for. A handoff to w is recorded for [Waiter.Handed].
+func (w *Waiter) wants(msg string, i int) bool {
 	token, head, handoff := strings.Cut(msg, "/")
+	head, to, _ := strings.Cut(head, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if token == w.own {
@@ -386,6 +393,14 @@ func (w *Waiter) wants(msg string) bool {
 	wanted := w.holder == "" || w.holder == token
 	if handoff && w.id != "" {
 		wanted = head == w.id
+		if wanted && to != "" {
+			// Handed to us, with a token: waking before a majority did
+			// would have us try in a round of our own, and lose.
+			if i < len(w.handed) {
+				w.handed[i] = to
+			}
+			return to == w.own && w.handedToOwn() >= w.quorum
+		}
 	}
 	if !wanted || w.need == 0 {
 		return wanted
@@ -411,10 +426,35 @@ func (w *Waiter) Expect(need int) {
 	}
 }
 
-// SetID makes w a queued waiter: a handoff wakes it only when it names id.
-func (w *Waiter) SetID(id string) {
+// SetID makes w a queued waiter of a lock on masters masters, quorum of
+// them a majority: a handoff wakes it only when it names id, and one that
+// hands it the key with its own attempt's token (see [Waiter.SetOwn]) only
+// once quorum masters did.
+func (w *Waiter) SetID(id string, masters, quorum int) {
 	w.mu.Lock()
 	w.id = id
+	w.handed = make([]string, masters)
+	w.quorum = quorum
+	w.mu.Unlock()
+}
+
+// handedToOwn counts the masters whose last handoff named w's own token;
+// w.mu is held.
+func (w *Waiter) handedToOwn() int {
+	n := 0
+	for _, t := range w.handed {
+		if t != "" && t == w.own {
+			n++
+		}
+	}
+	return n
+}
+
+// Handed reports, for each master in order, the token that the last
+// handoff to w's id named there ("": none since SetID), into out.
+func (w *Waiter) Handed(out []string) {
+	w.mu.Lock()
+	copy(out, w.handed)
 	w.mu.Unlock()
 }
 

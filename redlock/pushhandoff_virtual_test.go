@@ -1,0 +1,167 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
+)
+
+// Handoff between clients: a release hands the key to the queue's head
+// with the token of the head's latest attempt (its entry's claim), and the
+// head, told by the masters' messages, holds the lock with no round of its
+// own (takePushed).
+
+// TestHandoffBetweenClientsTakesNoRound: a waiter of another client gets
+// the lock in the instant of the release, sends no attempt after it, and
+// its lease counts from its latest attempt's start, before its keys were
+// set.
+func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		a := virtualClient(t, masters, WithFairness(3*time.Second))
+		var votes atomic.Int64
+		b := virtualClient(t, masters, WithFairness(3*time.Second),
+			WithHooks(Hooks{Voted: func(string, Vote, time.Duration) { votes.Add(1) }}))
+		held, err := a.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		const ttl = 10 * time.Second
+		waiting := lockAsync(ctx, b, "job", ttl)
+		time.Sleep(5500 * time.Millisecond) // queued; its entry refreshed every second
+		synctest.Wait()
+		before := votes.Load()
+		require.NotZero(t, before)
+		released := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		r := <-waiting
+		require.NoError(t, r.err)
+		assert.Equal(t, released, r.at, "not handed over at the release")
+		assert.Equal(t, before, votes.Load(), "the waiter made an attempt after the release")
+		assert.Equal(t, uint64(1), b.taken.Load(), "not taken from the masters' handoff")
+		lease := b.lease(ttl)
+		assert.False(t, r.l.Until().After(released.Add(lease)), "the lease counts from after the keys were set")
+		assert.True(t, r.l.Until().After(released.Add(lease-b.cfg.fairTTL/3-time.Millisecond)), "the lease starts earlier than the latest attempt")
+		synctest.Wait()
+		// The waiter left the queue on the masters it did not count: a
+		// release that reaches one after that deletes the key there.
+		holding := 0
+		for _, s := range servers {
+			if v, ok := s.Get("lock:job"); ok {
+				assert.Equal(t, r.l.Token(), v, "on %s", s.Addr())
+				assert.LessOrEqual(t, s.TTL("lock:job"), ttl)
+				holding++
+			}
+		}
+		assert.GreaterOrEqual(t, holding, b.quorum)
+		_, err = a.TryLock(ctx, "job", ttl)
+		assert.ErrorIs(t, err, ErrNotAcquired)
+		require.NoError(t, r.l.Unlock(ctx))
+		synctest.Wait()
+		for _, s := range servers {
+			assert.Empty(t, s.Keys(), "left on %s", s.Addr())
+		}
+	})
+}
+
+// TestHandedToWaiterThatLeft: a waiter that gives up after a release
+// handed it the key on a minority of masters (another waiter, queued
+// there ahead of it, got the rest) releases those keys as it leaves, and
+// they go on to the waiter behind it; a lock that wins keeps its token.
+func TestHandedToWaiterThatLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		a := virtualClient(t, masters, WithFairness(3*time.Second))
+		b := virtualClient(t, masters, WithFairness(3*time.Second))
+		c := virtualClient(t, masters, WithFairness(3*time.Second))
+		held, err := a.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		bctx, bcancel := context.WithCancel(ctx)
+		first := lockAsync(bctx, b, "job", time.Minute)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		cctx, ccancel := context.WithCancel(ctx)
+		second := lockAsync(cctx, c, "job", time.Minute)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		// A round ends at a majority, and its calls to the others may be
+		// cancelled before they ran: the holder's key is put on every
+		// master by hand, and the waiters refresh their entries until
+		// both are on every master.
+		for _, s := range servers {
+			s.Set("lock:job", held.Token(), time.Minute)
+		}
+		count := driver.NewScript(queueLua + `local q = queue_of(KEYS[1]) return #redis.call('ZRANGE', q, 0, -1)`)
+		everywhere := false
+		for range 30 {
+			everywhere = true
+			for _, s := range servers {
+				n, err := s.Conn().Eval(ctx, count, []string{"lock:job"})
+				require.NoError(t, err)
+				everywhere = everywhere && n == int64(2)
+			}
+			if everywhere {
+				break
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		require.True(t, everywhere, "the waiters' entries are not on every master")
+		// A waiter of another library, ahead of both, on masters 2-4.
+		ahead := driver.NewScript(queueLua + `local q, e, h = queue_of(KEYS[1])
+redis.call('ZADD', q, 1, ARGV[1])
+redis.call('ZADD', e, now_ms() + 60000, ARGV[1])
+redis.call('HSET', h, ARGV[1], 'other 60000')
+return 1`)
+		for _, s := range servers[2:] {
+			_, err := s.Conn().Eval(ctx, ahead, []string{"lock:job"}, "00000000000001ffffffff00000000")
+			require.NoError(t, err)
+		}
+		require.NoError(t, held.Unlock(ctx))
+		synctest.Wait()
+		handed := make([]string, 5)
+		for i, s := range servers {
+			handed[i], _ = s.Get("lock:job")
+		}
+		require.NotEmpty(t, handed[0])
+		assert.Equal(t, handed[0], handed[1], "b's claim")
+		for i, v := range handed[2:] {
+			if !assert.Equal(t, "other", v) {
+				s := servers[2+i]
+				t.Logf("%s: keys %v ttl %v", s.Addr(), s.Keys(), s.TTL("lock:job"))
+			}
+		}
+		select {
+		case r := <-first:
+			t.Fatalf("b returned with a minority: %v", r.err)
+		default:
+		}
+		bcancel()
+		r := <-first
+		require.ErrorIs(t, r.err, context.Canceled)
+		synctest.Wait()
+		for _, s := range servers[:2] {
+			v, _ := s.Get("lock:job")
+			assert.NotEmpty(t, v, "on %s", s.Addr())
+			assert.NotEqual(t, handed[0], v, "b's key is left on %s", s.Addr())
+		}
+		v0, _ := servers[0].Get("lock:job")
+		v1, _ := servers[1].Get("lock:job")
+		assert.Equal(t, v0, v1, "c's claim")
+		ccancel()
+		w := <-second
+		require.ErrorIs(t, w.err, context.Canceled)
+		synctest.Wait()
+		for _, s := range servers[:2] {
+			_, ok := s.Get("lock:job")
+			assert.False(t, ok, "c's key is left on %s", s.Addr())
+		}
+	})
+}
