@@ -71,13 +71,13 @@ type Waiter struct {
 	ready   chan struct{} // cap 1: a subscription was confirmed
 
 	mu     sync.Mutex
-	holder string // wake only on this token's release; "": on any
-	own    string // the token of its own attempt, whose undo is no reason to wake
-	id     string // queued (fair): wake only on a handoff to this id
+	holder string   // wake only on this token's release; "": on any
+	own    string   // the token of its own attempt, whose undo is no reason to wake
+	id     string   // queued (fair): wake only on a handoff to this id
 	handed []string // queued: by master, the token the last handoff to id there named
 	quorum int      // queued: handoffs to own that make a majority
-	got    int    // queued: releases worth waking for since the last attempt
-	need   int    // queued: how many releases make a majority free; 0: any one
+	got    int      // queued: releases worth waking for since the last attempt
+	need   int      // queued: how many releases make a majority free; 0: any one
 }
 
 // Join registers a waiter for channel on every master that can subscribe,
