@@ -294,8 +294,26 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		l.queued = true
 	}
 
+	// A probed attempt asks master p first and the others only if p
+	// agreed, or failed: then it is a plain attempt on the rest.
+	p := l.probe - 1
+	var probed chan struct{}
+	var probeLost atomic.Bool
+	if p >= 0 {
+		probed = make(chan struct{})
+	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
+		if probed != nil && i != p {
+			select {
+			case <-probed:
+			case <-ctx.Done():
+				return false, context.Cause(ctx)
+			}
+			if probeLost.Load() {
+				return false, errNotProbed
+			}
+		}
 		set, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
 			switch {
 			case q != nil:
@@ -305,6 +323,10 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 			}
 			return acquireAll(ctx, m, l.keys, args)
 		})
+		if i == p {
+			probeLost.Store(err == nil && !set)
+			close(probed)
+		}
 		// Without an error, set is false when the key was held by another
 		// token or of another type (the release that follows tells which).
 		return c.vote(i, set, err)
@@ -397,6 +419,9 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, released [
 	wrong := 0
 	for i := range c.masters {
 		err := round.Err(i)
+		if errors.Is(err, errNotProbed) {
+			continue // refused for it by the master asked first
+		}
 		if err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()) {
 			err = fmt.Errorf("lock key holds another type: %w", released[i].err())
 			wrong++

@@ -36,6 +36,7 @@ type Lock struct {
 	queued   bool          // round was a queued waiter's (fair_lock.lua)
 	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
 	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
+	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 
 	op opLock // serialises Unlock and Extend
 

@@ -15,6 +15,31 @@ import (
 // master has not replied for longer than the node timeout (see health).
 var errStuck = errors.New("redlock: skipped: this master has not replied for longer than the node timeout")
 
+// errNotProbed is the call of a master that an attempt did not make
+// because the master it asked first refused (see probeMaster).
+var errNotProbed = errors.New("redlock: not asked: the master asked first refused")
+
+// probeMaster is the master that attempts woken by a release ask first:
+// the same for every client of resource (an FNV hash of its name), or the
+// next one whose last call got a reply and whose votes count. Only the
+// attempt that wins it asks the others, so that waiters woken by one
+// release do not split the votes between them (docs/design.md, "Waiting
+// for a held lock").
+func (c *Client) probeMaster(resource string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(resource); i++ {
+		h = (h ^ uint32(resource[i])) * 16777619
+	}
+	n := len(c.masters)
+	for k := range n {
+		i := (int(h%uint32(n)) + k) % n
+		if !c.health[i].failedLast.Load() && !c.watcher.Quarantined(i) {
+			return i
+		}
+	}
+	return -1
+}
+
 // health is what the client knows of one master's responsiveness: a
 // breaker that stops piling calls up behind a master that hangs, and stops
 // spending calls on one that is down.
@@ -138,7 +163,7 @@ func evalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys [
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) {
+	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, errNotProbed) {
 		return true
 	}
 	var op *net.OpError

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -163,5 +164,109 @@ return 1`)
 			_, ok := s.Get("lock:job")
 			assert.False(t, ok, "c's key is left on %s", s.Addr())
 		}
+	})
+}
+
+// TestWokenWaitersAskOneMasterFirst: waiters of separate clients woken by
+// one release all ask the resource's probe master first; one wins it and
+// then the others, and every attempt refused there asked no other master,
+// so the woken waiters cannot split the votes between them. (With every
+// waiter asking every master at once, each of their attempts has a vote
+// from every master.)
+func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		holderC := virtualClient(t, masters)
+		held, err := holderC.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		for _, s := range servers { // its calls the round no longer needed may not have run
+			s.Set("lock:job", held.Token(), time.Minute)
+		}
+		p := holderC.probeMaster("job")
+		// Each waiter is a client of its own; its attempts are one after
+		// another, so the votes between two Attempted calls are one
+		// attempt's.
+		type attempt struct {
+			votes map[string]Vote
+			err   error
+		}
+		const waiters = 4
+		var mu sync.Mutex
+		var released bool
+		after := make([][]attempt, waiters) // each waiter's attempts after the release
+		results := make([]<-chan lockResult, waiters)
+		for w := range results {
+			votes := map[string]Vote{}
+			hooks := WithHooks(Hooks{
+				Voted: func(addr string, v Vote, _ time.Duration) {
+					mu.Lock()
+					votes[addr] = v
+					mu.Unlock()
+				},
+				Attempted: func(_, _ time.Duration, err error) {
+					mu.Lock()
+					if released {
+						after[w] = append(after[w], attempt{votes, err})
+					}
+					votes = map[string]Vote{}
+					mu.Unlock()
+				},
+			})
+			results[w] = lockAsync(ctx, virtualClient(t, masters, hooks), "job", time.Minute)
+		}
+		synctest.Wait()
+		before := servers[p].Calls("set")
+		mu.Lock()
+		released = true
+		mu.Unlock()
+		releasedAt := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		// One wins; the others sleep on its key (for a minute, were it not
+		// released: the test goroutine waits as long as it must).
+		var won *Lock
+		var pending []<-chan lockResult
+		for won == nil {
+			synctest.Wait()
+			pending = pending[:0]
+			for _, r := range results {
+				select {
+				case got := <-r:
+					require.NoError(t, got.err)
+					require.Nil(t, won, "two waiters won")
+					won = got.l
+				default:
+					pending = append(pending, r)
+				}
+			}
+			if won == nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		assert.Less(t, time.Since(releasedAt), time.Second, "no waiter won at the release")
+		assert.GreaterOrEqual(t, servers[p].Calls("set")-before, waiters, "a woken waiter did not ask the probe master")
+		probeAddr := servers[p].Addr()
+		mu.Lock()
+		for w, as := range after {
+			for _, a := range as {
+				if a.err != nil && a.votes[probeAddr] == VoteRefused {
+					assert.Len(t, a.votes, 1, "waiter %d, refused by the probe master, asked others: %v", w, a.votes)
+				}
+				assert.NotErrorIs(t, a.err, ErrVotesSplit, "waiter %d: %v (probe master %s)", w, a.votes, probeAddr)
+			}
+		}
+		mu.Unlock()
+		// The others take turns, each releasing as soon as it wins.
+		var wg sync.WaitGroup
+		for _, r := range pending {
+			wg.Go(func() {
+				got := <-r
+				if assert.NoError(t, got.err) {
+					assert.NoError(t, got.l.Unlock(ctx))
+				}
+			})
+		}
+		require.NoError(t, won.Unlock(ctx))
+		wg.Wait()
 	})
 }

@@ -48,7 +48,8 @@ type lockWait struct {
 	handed   *Lock        // one it handed us, not taken yet
 	took     *Lock        // the lock this call returns
 	won      *quorum.Round
-	woken    int // sleeps in a row that a release cut short (see afterWake)
+	woken    int  // sleeps in a row that a release cut short (see afterWake)
+	probed   bool // the last attempt asked the probe master first, and lost there
 }
 
 // wait is the loop of Lock and LockAll: attempt (or take a lock handed
@@ -164,11 +165,17 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 		l = newLock(c, lw.resource, q.token())
 	default:
 		l = newLock(c, lw.resource, newToken())
+		if lw.w != nil && len(c.masters) >= 3 {
+			// Waiting on a holder, with the other waiters its release
+			// wakes: ask one master first (see probeMaster).
+			l.probe = c.probeMaster(lw.resource) + 1
+		}
 	}
 	if lw.w != nil {
 		lw.w.SetOwn(l.token)
 	}
 	l, round, err = c.attemptLock(ctx, l, lw.ttl, q)
+	lw.probed = round != nil && probeLost(round)
 	if q != nil {
 		c.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
 		// Our entry is on the masters now: a release may hand us the lock.
@@ -240,6 +247,12 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 // waiters whose attempts kept splitting the masters woke each other for
 // ever, in the simulator in one instant of virtual time.
 func (lw *lockWait) afterWake(ctx context.Context, err error) error {
+	if lw.probed {
+		// Lost at the probe master to the one waiter that won it: no
+		// votes were split, and the next release is worth trying at once.
+		lw.woken = 1
+		return nil
+	}
 	lw.woken++
 	if lw.woken == 1 {
 		return nil
@@ -298,10 +311,39 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	// before this point is seen by the read below.
 	w.Drain()
 	w.SetHolder("")
+	w.Expect(0)
 	pushed := w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
 	replies := c.readHolders(ctx, round, key)
 	free, known, holder := push.WakeAfter(round, replies, c.quorum)
+	if probeLost(round) && !known {
+		// Only the probe master answered: its holder is the one that
+		// won the others after it (or releases it when it did not).
+		for _, r := range replies {
+			if r.OK && r.PTTL >= 0 && r.Token != "" {
+				free, known, holder = time.Duration(r.PTTL)*time.Millisecond, true, r.Token
+			}
+		}
+	}
 	w.SetHolder(holder)
+	if holder != "" {
+		// Wake once the holder's releases have freed a majority: at its
+		// first message the next attempt would find its keys on the
+		// masters that have not released yet, and lose there.
+		// A master whose reply the round did not wait for may hold it
+		// too. After a loss at the probe master, whose holder may hold
+		// nothing else (it lost the others and releases it), its release
+		// there is the one to wake for.
+		held := len(c.masters)
+		for i, r := range replies {
+			if round.Answer(i) == quorum.Agreed || (r.OK && r.PTTL == -2) {
+				held--
+			}
+		}
+		if probeLost(round) {
+			held = 1
+		}
+		w.Expect(max(held-(len(c.masters)-c.quorum), 1))
+	}
 	if !known {
 		return poll
 	}
@@ -315,6 +357,17 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 		return min(free, poll)
 	}
 	return free
+}
+
+// probeLost reports a round lost at its probe master: the others were
+// not asked.
+func probeLost(round *quorum.Round) bool {
+	for i := range round.Nodes() {
+		if errors.Is(round.Err(i), errNotProbed) {
+			return true
+		}
+	}
+	return false
 }
 
 // readHolders runs the holder script on the masters that refused round,

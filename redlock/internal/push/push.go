@@ -409,10 +409,10 @@ func (w *Waiter) wants(msg string, i int) bool {
 	return w.got >= w.need
 }
 
-// Expect has a queued waiter wake only once need releases came since its
+// Expect has w wake only once need of the releases it wants came since its
 // last attempt: waking at the first of a release's messages, it would try
-// before the others' masters had handed the key over, and lose. Expect(0)
-// counts from zero again.
+// before the other masters had let the key go, and lose. Expect(0) counts
+// from zero again.
 func (w *Waiter) Expect(need int) {
 	w.mu.Lock()
 	w.need = max(need, 0)
