@@ -68,6 +68,10 @@ func NewWaiter[L comparable](id string, at int64, key string, ttl time.Duration,
 func (w *Waiter[L]) Nudge() { w.nudge() }
 
 // List puts w in the line, where releases of this client may hand it the lock.
+// A waiter with no entry on the masters that finds the line empty (the
+// waiters it saw queued left before it was listed) is next in line with
+// nobody to line it up: it is nudged to make its first attempt, so that its
+// entry is on the masters before the holder's release.
 func (f *Line[L]) List(w *Waiter[L]) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -81,6 +85,9 @@ func (f *Line[L]) List(w *Waiter[L]) {
 	at, _ := slices.BinarySearchFunc(ws, w, func(a, b *Waiter[L]) int { return strings.Compare(a.ID, b.ID) })
 	f.m[w.Key] = slices.Insert(ws, at, w)
 	w.listed = true
+	if len(ws) == 0 && lazy(w) {
+		f.nextInLine(w, false)
+	}
 }
 
 // Unlist takes w out of the line (took is the lock it returns with, or the

@@ -154,3 +154,26 @@ func TestAwaitTurn(t *testing.T) {
 	_, _, err = f.AwaitTurn(ctx, w, wake, time.Hour)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// TestListedAloneIsNextInLine: a waiter that saw others of its client
+// queued but is listed after they left has nobody to line it up: it is
+// nudged to make its first attempt at once, and a waiter listed behind it
+// is not. Without the nudge it sat out the holder's section with no entry
+// on the masters, and the release that followed had none to hand the key
+// to (TestMixedDeploymentStarvesPlainClient lost its starvation so).
+func TestListedAloneIsNextInLine(t *testing.T) {
+	var f Line[*lock]
+	ws, nudges := waiters(2, "k")
+	f.List(ws[0])
+	assert.Equal(t, []int{1, 0}, nudges, "the first waiter listed on an empty line is nudged")
+	f.List(ws[1])
+	assert.Equal(t, []int{1, 0}, nudges, "a waiter listed behind another is left to the line")
+
+	// Listed again after an attempt (its entry is on the masters): no nudge.
+	var g Line[*lock]
+	vs, vn := waiters(1, "k")
+	require.True(t, g.Attempting(vs[0], true, false))
+	require.True(t, g.Attempting(vs[0], false, false))
+	g.List(vs[0])
+	assert.Equal(t, []int{0}, vn)
+}
