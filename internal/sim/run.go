@@ -588,9 +588,17 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 // not checked when such a fault was in effect from the start of the
 // longest round (two node timeouts back) to the hand-out. One before it
 // left the lock's keys alone (they were set after it), and one after it
-// does not change what the masters held at the hand-out.
+// does not change what the masters held at the hand-out. The keys behind a
+// lock passed on in-process were set, or last extended, when its lease
+// began, no earlier than a TTL before Until: the window reaches back there
+// too (a master restarted between a Renew's extension and the pass costs
+// the passed lock its key, as it cost the lock passed on).
 func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
-	if !r.undisturbed(h.got.Add(-2*nodeTimeout), h.got, func(int) bool { return false }, fault.losesKeys) {
+	from := h.got.Add(-2 * nodeTimeout)
+	if leased := h.until.Add(-r.s.Config.TTL - 2*nodeTimeout); leased.Before(from) {
+		from = leased
+	}
+	if !r.undisturbed(from, h.got, func(int) bool { return false }, fault.losesKeys) {
 		return
 	}
 	need := len(r.w.Masters)/2 + 1
