@@ -7,7 +7,10 @@
 -- of every token of our waiter's attempts ('' for none). Our entry's claim (hand_to_head in
 -- queue.lua) is this attempt's token and TTL: a release hands us the key with them.
 -- A key that holds a token with our prefix was handed to us (or set by an attempt of ours whose
--- release has not come yet): it takes this attempt's token and TTL like a free key.
+-- release has not come yet): it takes this attempt's token and TTL like a free key, when that
+-- token's attempt is an earlier one than ours (tokens are '<prefix>.<attempt, hex>'). A call of an
+-- earlier attempt that arrives late leaves a later attempt's key alone: that attempt may hold
+-- the lock on it.
 -- Returns {1} when the key is ours (and our entry is gone), else {0, value of the key or false,
 -- ms until it may be free: the key's PTTL, or, when the key is free for another head, until
 -- that head's entry expires, the arrival stamp (14 hex digits of µs, as in the ids) of the first
@@ -26,9 +29,14 @@ local now = now_ms()
 expire_entries(q, e, h, now)
 local v = redis.call('GET', KEYS[1])
 if v and ARGV[7] ~= '' and string.sub(v, 1, #ARGV[7]) == ARGV[7] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  drop(q, e, h, ARGV[3])
-  return {1}
+  local theirs = tonumber(string.sub(v, #ARGV[7] + 2), 16)
+  local ours = tonumber(string.sub(ARGV[1], #ARGV[7] + 2), 16)
+  if not (theirs and ours and theirs >= ours) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    drop(q, e, h, ARGV[3])
+    return {1}
+  end
+  return {0, v, redis.call('PTTL', KEYS[1]), ''}
 end
 redis.call('ZADD', q, ARGV[4], ARGV[3])
 local head = redis.call('ZRANGE', q, 0, 0)[1]
