@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/memredis"
 	"quorumlock.dev/redlock/internal/fair"
@@ -253,6 +254,50 @@ func TestFairDeadWaiter(t *testing.T) {
 		}
 		return true
 	}, 5*time.Second, time.Millisecond, "the dead entry is still queued")
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestFairDeadHandedWaiter: a waiter that died with a claim on its entry
+// (its latest attempt's token and TTL) is handed the key by the release,
+// which it never takes: the key holds its token for the claim's TTL, as a
+// holder that died holds the lock for its TTL (WithFairness's doc), and the
+// next waiter wins once it expires, not before.
+func TestFairDeadHandedWaiter(t *testing.T) {
+	masters, admin := waitMasters(t, 3)
+	res := resourceName(t)
+	const entryTTL = 600 * time.Millisecond
+	const claimTTL = 1500 * time.Millisecond
+	c := fairClient(t, masters, entryTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	holder := heldFor(ctx, t, c, admin, res)
+	q, e, h, _ := queueKeys("lock:" + res)
+	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
+	for _, a := range admin {
+		now, err := a.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, a.ZAdd(ctx, q, redis.Z{Score: 1, Member: dead}).Err())
+		require.NoError(t, a.ZAdd(ctx, e, redis.Z{Score: float64(now.Add(entryTTL).UnixMilli()), Member: dead}).Err())
+		require.NoError(t, a.HSet(ctx, h, dead, fmt.Sprintf("deadprefix.1 %d", claimTTL.Milliseconds())).Err())
+	}
+	got := lockAsync(ctx, c, res, time.Minute)
+	queuedOn(t, admin, res, 2)
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	// Unlock returns at a majority; the last master is released after it.
+	assert.Eventually(t, func() bool {
+		for _, a := range admin {
+			if v, _ := a.Get(ctx, "lock:"+res).Result(); v != "deadprefix.1" {
+				return false
+			}
+		}
+		return true
+	}, time.Second, time.Millisecond, "the release did not hand the key to the dead head")
+
+	r := <-got
+	require.NoError(t, r.err, "the handed key never expired")
+	assert.False(t, r.at.Before(released.Add(claimTTL-50*time.Millisecond)), "won %v after the release, before the dead head's key expired", r.at.Sub(released))
 	require.NoError(t, r.l.Unlock(ctx))
 }
 

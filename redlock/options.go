@@ -108,8 +108,9 @@ func WithFence(m Minter) Option {
 
 // WithFairness makes waiting Lock calls take the lock in the order they
 // started waiting, a release handing it to the next waiter (docs/design.md,
-// "Fair handoff"); a waiter that died holds up the queue at most entryTTL.
-// 0, the default, turns it off; otherwise entryTTL must be at least 4 node
+// "Fair handoff"); a waiter that died holds up the queue at most entryTTL,
+// or the TTL of the lock it waited for when a release handed it the key
+// before its entry expired (as a holder that died does). 0, the default, turns it off; otherwise entryTTL must be at least 4 node
 // timeouts (1 s suits most). Give every client of a resource the same setting:
 // while fair waiters keep queuing, a client without it finds the key reserved
 // for the queue's head after every release, and waits as long as they keep
