@@ -93,7 +93,7 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
 	now := c.stamp()
 	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
-	w.SetID(id, len(c.masters), c.quorum)
+	w.SetID(id, len(c.masters), c.quorum, push.HandoffChannel(key, c.tag))
 	wake := w.Wake()
 	prefix := newToken()
 	q := &queued{

@@ -19,13 +19,16 @@ import (
 // the most) and violations (sections that overlapped another, by an
 // in-process holder count). push=off hides Subscribe from the masters, so
 // waiters poll at the retry delay: the waiting of before issue 10, the
-// baseline to compare with in the same run.
+// baseline to compare with in the same run. clients=8 gives each goroutine
+// a client of its own, as separate processes have: nothing passes
+// in-process, every handoff goes through the masters.
 func BenchmarkContended(b *testing.B) {
 	servers := redistest.StartN(b, 5, redisserver.Options{})
 	for _, v := range []struct {
-		name       string
-		fair, push bool
-	}{{"fair=on", true, true}, {"fair=off", false, true}, {"fair=off/push=off", false, false}} {
+		name                  string
+		fair, push, perClient bool
+	}{{"fair=on", true, true, false}, {"fair=off", false, true, false}, {"fair=off/push=off", false, false, false},
+		{"fair=on/clients=8", true, true, true}, {"fair=off/clients=8", false, true, true}} {
 		name := "masters=5/c=8/" + v.name
 		var opts []Option
 		if v.fair {
@@ -38,11 +41,19 @@ func BenchmarkContended(b *testing.B) {
 					masters[i] = plainMaster{m}
 				}
 			}
-			c := newTestClient(b, masters, opts...)
-			b.Cleanup(func() { _ = c.Close() })
+			const workers, hold, ttl = 8, time.Millisecond, 30 * time.Second
+			clients := make([]*Client, workers)
+			for k := range clients {
+				if k == 0 || v.perClient {
+					clients[k] = newTestClient(b, masters, opts...)
+					b.Cleanup(func() { _ = clients[k].Close() })
+				} else {
+					clients[k] = clients[0]
+				}
+			}
+			b.ReportAllocs()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			const workers, hold, ttl = 8, time.Millisecond, 30 * time.Second
 			res := "bench:contended:" + name
 
 			var (
@@ -59,6 +70,7 @@ func BenchmarkContended(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for k := range workers {
+				c := clients[k]
 				wg.Go(func() {
 					for left.Add(-1) >= 0 {
 						t0 := time.Now()

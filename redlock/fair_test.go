@@ -6,6 +6,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/memredis"
 	"quorumlock.dev/redlock/internal/fair"
+	"quorumlock.dev/redlock/internal/push"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,4 +420,41 @@ func TestLateAttemptLeavesLaterKey(t *testing.T) {
 	v, _ = s.Get("lock:late")
 	assert.Equal(t, "p.3", v)
 	assert.Equal(t, int64(0), attempt("q.9")[0], "another waiter's key is not taken over")
+}
+
+// TestHandoffPublishedToHeadsClient: a release that hands the key to the
+// queue's head publishes on the head's client's handoff channel
+// (push.HandoffChannel), not on the key's channel, which every client
+// waiting on the resource subscribes to: one client receives it, not all.
+func TestHandoffPublishedToHeadsClient(t *testing.T) {
+	s := memredis.New()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const key, tag = "lock:pub", "abcdefgh"
+	head := "00000000000001" + tag + "00000001"
+	sub := s.Conn().(driver.Subscriber).Subscribe(ctx)
+	defer sub.Close()
+	require.NoError(t, sub.Subscribe(ctx, key, push.HandoffChannel(key, tag)))
+	q, e, h, _ := queueKeys(key)
+	s.Set(key, "holder", time.Minute)
+	_, err := s.Conn().Eval(ctx, driver.NewScript("redis.call('ZADD', KEYS[1], 1, ARGV[1]) redis.call('ZADD', KEYS[2], 9999999999999, ARGV[1]) redis.call('HSET', KEYS[3], ARGV[1], 'p.1 2000') return 1"),
+		[]string{q, e, h}, head)
+	require.NoError(t, err)
+
+	n, err := s.Conn().Eval(ctx, releaseScript, []string{key}, "holder")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	msg, err := sub.Receive(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, driver.Push{Channel: push.HandoffChannel(key, tag), Payload: "holder/" + head + "/p.1"}, msg)
+	v, _ := s.Get(key)
+	assert.Equal(t, "p.1", v, "the key was not handed to the head")
+
+	// With nobody queued, the release is published on the key's channel.
+	s.Set(key, "holder2", time.Minute)
+	_, err = s.Conn().Eval(ctx, releaseScript, []string{key}, "holder2")
+	require.NoError(t, err)
+	msg, err = sub.Receive(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, driver.Push{Channel: key, Payload: "holder2"}, msg)
 }

@@ -60,6 +60,13 @@ local function expire_entries(q, e, h, now)
   end
 end
 
+-- handoff_channel(key, head): where a release that hands key to waiter head publishes: the channel
+-- of head's client (its tag: characters 15-22 of the id) for that key, so that one client's
+-- subscriptions receive it, not every client's that waits on the key (push.HandoffChannel).
+local function handoff_channel(key, head)
+  return 'lockp:' .. string.sub(head, 15, 22) .. ':' .. key
+end
+
 -- hand_to_head(key, from, q, e, h, now): the key is free for the queue (its holder released it, or
 -- its reservation lost its head); `from` is what the message names as released (the token, or
 -- 'q'). When the queue's head has a claim, the key becomes the claim's token for the claim's TTL,
@@ -78,12 +85,12 @@ local function hand_to_head(key, from, q, e, h, now)
     local token = string.sub(claim, 1, sp - 1)
     redis.call('SET', key, token, 'PX', string.sub(claim, sp + 1))
     drop(q, e, h, head)
-    redis.call('PUBLISH', key, from .. '/' .. head .. '/' .. token)
+    redis.call('PUBLISH', handoff_channel(key, head), from .. '/' .. head .. '/' .. token)
     return true
   end
   local last = redis.call('ZRANGE', e, -1, -1, 'WITHSCORES')
   redis.call('SET', key, 'q', 'PX', math.max(1, tonumber(last[2]) - now))
-  redis.call('PUBLISH', key, from .. '/' .. head)
+  redis.call('PUBLISH', handoff_channel(key, head), from .. '/' .. head)
   return true
 end
 

@@ -67,14 +67,14 @@ func TestOwnReleaseDoesNotWake(t *testing.T) {
 	if w.wants("mine", 0) {
 		t.Error("woke on the release of its own attempt")
 	}
-	w.SetID("me", 1, 1)
+	w.SetID("me", 1, 1, "")
 	if w.wants("mine/me", 0) {
 		t.Error("woke on its own release handing the key to it")
 	}
 	if !w.wants("theirs/me", 0) {
 		t.Error("did not wake on another holder's handoff to it")
 	}
-	w.SetID("", 1, 1)
+	w.SetID("", 1, 1, "")
 	if !w.wants("theirs", 0) {
 		t.Error("did not wake on another holder's release")
 	}
@@ -87,7 +87,7 @@ func TestOwnReleaseDoesNotWake(t *testing.T) {
 // records nothing.
 func TestHandoffRecorded(t *testing.T) {
 	w := &Waiter{wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
-	w.SetID("me", 3, 2)
+	w.SetID("me", 3, 2, "")
 	w.SetOwn("t2")
 	if w.wants("theirs/me/t2", 2) {
 		t.Error("woke at the first of a majority's handoffs")

@@ -60,15 +60,24 @@ type subscriber struct {
 // channel is one lock key that waiters of this client wait on.
 type channel struct {
 	waiters map[*Waiter]struct{}
-	batch   uint64 // the batch whose SUBSCRIBE covers it; 0: not sent yet
+	batch   uint64    // the batch whose SUBSCRIBE covers it; 0: not sent yet
+	idle    time.Time // when its last waiter left; zero while it has waiters
 }
+
+// linger is how long a channel stays subscribed with no waiter: a client
+// that takes turns on a resource with others waits on it again within a
+// section, and would otherwise send SUBSCRIBE, PING and UNSUBSCRIBE to
+// every master for each wait (a third of its commands in the contended
+// benchmark with a client per goroutine).
+const linger = time.Second
 
 // Waiter is one Lock call that waits on a channel.
 type Waiter struct {
-	channel string
-	subs    []*subscriber // the masters it subscribed on
-	wake    chan struct{} // cap 1: a release, or a lost connection
-	ready   chan struct{} // cap 1: a subscription was confirmed
+	channel  string
+	handoffs string        // queued: the channel of its client's handoffs on the same key (HandoffChannel); "" before SetID
+	subs     []*subscriber // the masters it subscribed on
+	wake     chan struct{} // cap 1: a release, or a lost connection
+	ready    chan struct{} // cap 1: a subscription was confirmed
 
 	mu     sync.Mutex
 	holder string   // wake only on this token's release; "": on any
@@ -100,9 +109,17 @@ func (h *Hub) Join(channel string) *Waiter {
 	}
 	h.mu.Unlock()
 	for _, s := range w.subs {
-		s.add(w)
+		s.add(w, channel)
 	}
 	return w
+}
+
+// HandoffChannel is where a release that hands key to a queued waiter of
+// the client tagged tag publishes (scripts/queue.lua, hand_to_head): only
+// that client's subscriptions receive it, not every client's that waits on
+// key.
+func HandoffChannel(key, tag string) string {
+	return "lockp:" + tag + ":" + key
 }
 
 // start makes the subscriber of every master that can subscribe; h.mu is held.
@@ -180,14 +197,15 @@ func Signal(ch chan struct{}) {
 	}
 }
 
-func (s *subscriber) add(w *Waiter) {
+func (s *subscriber) add(w *Waiter, name string) {
 	s.mu.Lock()
-	ch := s.chans[w.channel]
+	ch := s.chans[name]
 	if ch == nil {
 		ch = &channel{waiters: make(map[*Waiter]struct{})}
-		s.chans[w.channel] = ch
+		s.chans[name] = ch
 	}
 	ch.waiters[w] = struct{}{}
+	ch.idle = time.Time{}
 	fresh := ch.batch == 0
 	s.mu.Unlock()
 	if fresh {
@@ -195,16 +213,20 @@ func (s *subscriber) add(w *Waiter) {
 	}
 }
 
-// remove unregisters w; the last waiter of a channel has write unsubscribe
-// it, so the master stops sending this client releases nobody waits for.
-func (s *subscriber) remove(w *Waiter) {
+// remove unregisters w; a channel left with no waiter for linger is
+// unsubscribed by write, so the master stops sending this client releases
+// nobody waits for.
+func (s *subscriber) remove(w *Waiter, name string) {
 	s.mu.Lock()
-	ch := s.chans[w.channel]
+	ch := s.chans[name]
 	delete(ch.waiters, w)
 	last := len(ch.waiters) == 0
+	if last {
+		ch.idle = time.Now()
+	}
 	s.mu.Unlock()
 	if last {
-		Signal(s.kick)
+		Signal(s.kick) // write sets its timer for the channel's end
 	}
 }
 
@@ -240,22 +262,35 @@ func (s *subscriber) pause(d time.Duration) bool {
 
 func (s *subscriber) write(ctx context.Context, h *Hub, i int) {
 	failures := 0
+	timer := time.NewTimer(linger)
+	timer.Stop()
+	defer timer.Stop()
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-s.kick:
+		case <-timer.C:
 		}
 		var sub, unsub []string
+		var next time.Time // the end of the first channel left to linger
+		now := time.Now()
 		s.mu.Lock()
 		for name, ch := range s.chans {
 			switch {
-			case len(ch.waiters) == 0:
+			case len(ch.waiters) == 0 && !now.Before(ch.idle.Add(linger)):
 				unsub = append(unsub, name)
 				delete(s.chans, name)
+			case len(ch.waiters) == 0:
+				if end := ch.idle.Add(linger); next.IsZero() || end.Before(next) {
+					next = end
+				}
 			case ch.batch == 0:
 				sub = append(sub, name)
 			}
+		}
+		if !next.IsZero() {
+			timer.Reset(next.Sub(now))
 		}
 		ping := s.needPing || len(sub) > 0
 		s.needPing = false
@@ -427,15 +462,33 @@ func (w *Waiter) Expect(need int) {
 }
 
 // SetID makes w a queued waiter of a lock on masters masters, quorum of
-// them a majority: a handoff wakes it only when it names id, and one that
-// hands it the key with its own attempt's token (see [Waiter.SetOwn]) only
-// once quorum masters did.
-func (w *Waiter) SetID(id string, masters, quorum int) {
+// them a majority, whose handoffs come on channel handoffs (HandoffChannel
+// of its key and its client's tag), which it subscribes to as well: a
+// handoff wakes it only when it names id, and one that hands it the key
+// with its own attempt's token (see [Waiter.SetOwn]) only once quorum
+// masters did.
+func (w *Waiter) SetID(id string, masters, quorum int, handoffs string) {
 	w.mu.Lock()
 	w.id = id
 	w.handed = make([]string, masters)
 	w.quorum = quorum
+	join := w.handoffs == "" && handoffs != ""
+	if join {
+		w.handoffs = handoffs
+	}
 	w.mu.Unlock()
+	if join {
+		for _, s := range w.subs {
+			s.add(w, handoffs)
+		}
+	}
+}
+
+// channels are the channels w is registered on.
+func (w *Waiter) channels() (string, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.channel, w.handoffs
 }
 
 // handedToOwn counts the masters whose last handoff named w's own token;
@@ -485,8 +538,12 @@ func (w *Waiter) Holder() string {
 
 // Leave unregisters w from every subscription.
 func (w *Waiter) Leave() {
+	channel, handoffs := w.channels()
 	for _, s := range w.subs {
-		s.remove(w)
+		s.remove(w, channel)
+		if handoffs != "" {
+			s.remove(w, handoffs)
+		}
 	}
 }
 
@@ -504,11 +561,12 @@ func (w *Waiter) Listening(ctx context.Context, quorum int, timeout time.Duratio
 	if open < quorum {
 		return false
 	}
+	channel, handoffs := w.channels()
 	var t *time.Timer
 	for {
 		n := 0
 		for _, s := range w.subs {
-			if s.confirmed(w.channel) {
+			if s.confirmed(channel) && (handoffs == "" || s.confirmed(handoffs)) {
 				n++
 			}
 		}
