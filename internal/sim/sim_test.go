@@ -64,10 +64,12 @@ func play(t *testing.T, seed uint64, verbose bool) Result {
 // regression test (docs/simulation.md, "What it found").
 var regressions = []uint64{
 	7, 10, 16, // Done and Context asked for after the lease ran out were not closed (a holder paused past its lease went on to write)
-	112, // a livelock of waiters woken by their own releases and by each other
-	418, // Until of a lock whose renewal failed stayed at the lease's end
-	430, // an Unlock behind the renewer's Extend stopped the bubble's clock
-	26,  // a client without fairness starved in a mixed deployment (documented)
+	112,                 // a livelock of waiters woken by their own releases and by each other
+	418,                 // Until of a lock whose renewal failed stayed at the lease's end
+	430,                 // an Unlock behind the renewer's Extend stopped the bubble's clock
+	26,                  // a client without fairness starved in a mixed deployment (documented)
+	8719908525885126168, // the lease-backed check missed the restart behind a lock passed on in-process (the checker's bug)
+	2893520631271746896, // a release still waiting for its deadline when the bubble's root returned (the harness's bug)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
