@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 )
@@ -36,9 +37,12 @@ func BenchmarkContended(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			masters := benchMasters(b, servers, 5)
-			if !v.push {
-				for i, m := range masters {
-					masters[i] = plainMaster{m}
+			var sent atomic.Int64 // requests to the masters, subscription commands included
+			for i, m := range masters {
+				if v.push {
+					masters[i] = requestCounter{m, &sent}
+				} else {
+					masters[i] = plainMaster{requestCounter{m, &sent}}
 				}
 			}
 			const workers, hold, ttl = 8, time.Millisecond, 30 * time.Second
@@ -109,6 +113,48 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(float64(waits[int(0.99*float64(len(waits)-1))].Microseconds()), "wait_p99_us")
 			b.ReportMetric(float64(lo)/float64(max(hi, 1)), "fairness")
 			b.ReportMetric(float64(violations.Load()), "violations")
+			b.ReportMetric(float64(sent.Load())/float64(len(waits)), "requests/section")
 		})
 	}
+}
+
+// requestCounter counts the requests sent to a master, those of its
+// subscription connection included (SUBSCRIBE, UNSUBSCRIBE, PING).
+type requestCounter struct {
+	Master
+	n *atomic.Int64
+}
+
+func (m requestCounter) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	m.n.Add(1)
+	return m.Master.SetNX(ctx, key, value, ttl)
+}
+
+func (m requestCounter) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	m.n.Add(1)
+	return m.Master.Eval(ctx, script, keys, args...)
+}
+
+func (m requestCounter) Subscribe(ctx context.Context) driver.Subscription {
+	return countingSubscription{m.Master.(driver.Subscriber).Subscribe(ctx), m.n}
+}
+
+type countingSubscription struct {
+	driver.Subscription
+	n *atomic.Int64
+}
+
+func (s countingSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	s.n.Add(1)
+	return s.Subscription.Subscribe(ctx, channels...)
+}
+
+func (s countingSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.n.Add(1)
+	return s.Subscription.Unsubscribe(ctx, channels...)
+}
+
+func (s countingSubscription) Ping(ctx context.Context, payload string) error {
+	s.n.Add(1)
+	return s.Subscription.Ping(ctx, payload)
 }

@@ -270,3 +270,63 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestRecentWaiterAsksOneMasterFirst: a fresh Lock of a client that waited
+// on the resource within the last second (its subscription lingers) asks
+// the probe master first, as a woken waiter does: a releaser taking its
+// next turn does not race the waiters its release woke on every master. A
+// client that never waited asks every master at once.
+func TestRecentWaiterAsksOneMasterFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		other := virtualClient(t, masters)
+		c := virtualClient(t, masters)
+		p := c.probeMaster("job")
+		sets := func() (probe, rest int) {
+			for i, s := range servers {
+				if i == p {
+					probe += s.Calls("set")
+				} else {
+					rest += s.Calls("set")
+				}
+			}
+			return probe, rest
+		}
+
+		// Never waited: every master at once.
+		l, err := c.Lock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		synctest.Wait() // the calls the majority did not need
+		probe, rest := sets()
+		assert.Equal(t, 1, probe)
+		assert.Equal(t, 4, rest, "an uncontended Lock did not ask every master at once")
+		require.NoError(t, l.Unlock(ctx))
+
+		// Wait once: c's Lock loses to other's lock and waits for it.
+		held, err := other.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		got := lockAsync(ctx, c, "job", time.Minute)
+		synctest.Wait()
+		require.NoError(t, held.Unlock(ctx))
+		r := <-got
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Unlock(ctx))
+		held, err = other.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+
+		// Within the second: the fresh Lock's first attempt asks the probe
+		// master, which refuses, and no other.
+		synctest.Wait()
+		probe0, rest0 := sets()
+		got = lockAsync(ctx, c, "job", time.Minute)
+		synctest.Wait()
+		probe, rest = sets()
+		assert.Equal(t, 1, probe-probe0, "the first attempt did not ask the probe master")
+		assert.Equal(t, 0, rest-rest0, "the first attempt of a recent waiter asked every master")
+		require.NoError(t, held.Unlock(ctx))
+		r = <-got
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Unlock(ctx))
+	})
+}

@@ -609,6 +609,26 @@ func (h *Hub) Waiting(channel string, f func([]*Waiter)) {
 	}
 }
 
+// Subscribed reports whether channel is subscribed on some master: a
+// waiter of this client waits on it, or did within the last second.
+func (h *Hub) Subscribed(channel string) bool {
+	h.mu.Lock()
+	subs := h.subs
+	h.mu.Unlock()
+	for _, s := range subs {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		_, ok := s.chans[channel]
+		s.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Subscribers is how many masters the hub has subscriptions to: none before
 // the first Join, and none for masters that cannot subscribe.
 func (h *Hub) Subscribers() int {
