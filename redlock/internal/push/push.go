@@ -590,43 +590,40 @@ func (w *Waiter) Listening(ctx context.Context, quorum int, timeout time.Duratio
 // Waiting calls f with the waiters of channel on each master that can
 // subscribe (for tests that look at who sleeps on what).
 func (h *Hub) Waiting(channel string, f func([]*Waiter)) {
-	h.mu.Lock()
-	subs := h.subs
-	h.mu.Unlock()
-	for _, s := range subs {
-		if s == nil {
-			continue
-		}
-		s.mu.Lock()
+	h.each(func(s *subscriber) {
 		var ws []*Waiter
 		if ch := s.chans[channel]; ch != nil {
 			for w := range ch.waiters {
 				ws = append(ws, w)
 			}
 		}
-		s.mu.Unlock()
 		f(ws)
-	}
+	})
 }
 
 // Subscribed reports whether channel is subscribed on some master: a
 // waiter of this client waits on it, or did within the last second.
 func (h *Hub) Subscribed(channel string) bool {
+	found := false
+	h.each(func(s *subscriber) {
+		_, ok := s.chans[channel]
+		found = found || ok
+	})
+	return found
+}
+
+// each calls f with each subscriber, its mu held.
+func (h *Hub) each(f func(*subscriber)) {
 	h.mu.Lock()
 	subs := h.subs
 	h.mu.Unlock()
 	for _, s := range subs {
-		if s == nil {
-			continue
-		}
-		s.mu.Lock()
-		_, ok := s.chans[channel]
-		s.mu.Unlock()
-		if ok {
-			return true
+		if s != nil {
+			s.mu.Lock()
+			f(s)
+			s.mu.Unlock()
 		}
 	}
-	return false
 }
 
 // Subscribers is how many masters the hub has subscriptions to: none before
