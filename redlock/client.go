@@ -290,6 +290,10 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	var rep *fairReplies
 	if q != nil {
 		rep = &fairReplies{r: make([]push.Holder, len(c.masters)), foreign: make([]int64, len(c.masters))}
+		if c.line.Claims(q.Waiter) {
+			rep.claim = "1"
+			q.Claimed.Store(true)
+		}
 		q.last = rep
 		l.queued = true
 	}

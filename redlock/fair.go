@@ -70,6 +70,7 @@ type fairReplies struct {
 	r       []push.Holder
 	foreign []int64 // the stamp of the first waiter of another client queued (fair.NoForeign: none)
 	over    bool
+	claim   string // "1": the attempt writes its entry's claim (fair.Line.Claims); "": it removes one
 }
 
 func (f *fairReplies) set(i int, r push.Holder, foreign int64) {
@@ -152,7 +153,7 @@ func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 
 // fairCall is one queued attempt on master i, m: true when the key is ours.
 func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, rep *fairReplies, token string, ttlMS int64) (bool, error) {
-	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.ID, q.At, q.ttlMS, c.tag, q.prefix)
+	vals, err := evalSlice(ctx, m, fairLockScript, q.keys, token, ttlMS, q.ID, q.At, q.ttlMS, c.tag, q.prefix, rep.claim)
 	if err != nil {
 		return false, err
 	}

@@ -269,7 +269,7 @@ func (l *Lock) unlock(ctx context.Context) error {
 				// lock: nothing of it is passed on. A plain release, then
 				// q tries in a round of its own.
 				defer l.c.line.Unpick(q)
-			case covered && l.c.passable(q, until, untilBoot):
+			case covered && !q.Claimed.Load() && l.c.passable(q, until, untilBoot):
 				return l.passOn(ctx, q, until, untilBoot)
 			case lazy:
 				// No entry of q's for the masters to hand the key to: a

@@ -35,6 +35,13 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		require.NoError(t, err)
 		const ttl = 10 * time.Second
 		waiting := lockAsync(ctx, b, "job", ttl)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		// A waiter of a third client queued behind it: b claims the key at
+		// its next refresh (fair.Line.Claims), seeing another client queued.
+		d := virtualClient(t, masters, WithFairness(3*time.Second))
+		dctx, dcancel := context.WithCancel(ctx)
+		behind := lockAsync(dctx, d, "job", ttl)
 		time.Sleep(5500 * time.Millisecond) // queued; its entry refreshed every second
 		synctest.Wait()
 		before := votes.Load()
@@ -54,8 +61,9 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		// release that reaches one after that deletes the key there.
 		holding := 0
 		for _, s := range servers {
-			if v, ok := s.Get("lock:job"); ok {
-				assert.Equal(t, r.l.Token(), v, "on %s", s.Addr())
+			// (A master the holder did not count may have handed the key
+			// on to the waiter queued behind.)
+			if v, ok := s.Get("lock:job"); ok && v == r.l.Token() {
 				assert.LessOrEqual(t, s.TTL("lock:job"), ttl)
 				holding++
 			}
@@ -63,6 +71,8 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		assert.GreaterOrEqual(t, holding, b.quorum)
 		_, err = a.TryLock(ctx, "job", ttl)
 		assert.ErrorIs(t, err, ErrNotAcquired)
+		dcancel()
+		require.ErrorIs(t, (<-behind).err, context.Canceled)
 		require.NoError(t, r.l.Unlock(ctx))
 		synctest.Wait()
 		for _, s := range servers {
@@ -115,6 +125,9 @@ func TestHandedToWaiterThatLeft(t *testing.T) {
 			synctest.Wait()
 		}
 		require.True(t, everywhere, "the waiters' entries are not on every master")
+		// One more refresh: each has seen the other queued, and claims the key.
+		time.Sleep(time.Second)
+		synctest.Wait()
 		// A waiter of another library, ahead of both, on masters 2-4.
 		ahead := driver.NewScript(queueLua + `local q, e, h = queue_of(KEYS[1])
 redis.call('ZADD', q, 1, ARGV[1])

@@ -4,7 +4,8 @@
 -- KEYS[1] lock key; its queue and the entries' deadlines are queue.lua's queue_of.
 -- ARGV[1] token, ARGV[2] lock TTL in ms, ARGV[3] id, ARGV[4] stamp, ARGV[5] entry TTL in ms,
 -- ARGV[6] our client's tag (the ids of its waiters hold it at characters 15-22), ARGV[7] the prefix
--- of every token of our waiter's attempts ('' for none). Our entry's claim (hand_to_head in
+-- of every token of our waiter's attempts ('' for none), ARGV[8] '1' when our entry claims the key
+-- ('' when it does not: a claim an earlier attempt left is removed). The claim (hand_to_head in
 -- queue.lua) is this attempt's token and TTL: a release hands us the key with them.
 -- A key that holds a token with our prefix was handed to us (or set by an attempt of ours whose
 -- release has not come yet): it takes this attempt's token and TTL like a free key, when that
@@ -31,12 +32,22 @@ local v = redis.call('GET', KEYS[1])
 if v and ARGV[7] ~= '' and string.sub(v, 1, #ARGV[7]) == ARGV[7] then
   local theirs = tonumber(string.sub(v, #ARGV[7] + 2), 16)
   local ours = tonumber(string.sub(ARGV[1], #ARGV[7] + 2), 16)
-  if not (theirs and ours and theirs >= ours) then
+  if theirs and ours and theirs >= ours then
+    return {0, v, redis.call('PTTL', KEYS[1]), ''}
+  end
+  local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  if first[1] and first[1] ~= ARGV[3] and tonumber(first[2]) < tonumber(ARGV[4]) then
+    -- A waiter queued ahead of us here (our entry left when the key was handed to us): the key
+    -- goes on to it, and we queue behind. Two waiters that each took over the keys handed to
+    -- them on a minority, and whose lost attempts' releases handed those keys to each other,
+    -- split the masters at every attempt until the keys expired.
+    hand_to_head(KEYS[1], v, q, e, h, now)
+    v = redis.call('GET', KEYS[1])
+  else
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     drop(q, e, h, ARGV[3])
     return {1}
   end
-  return {0, v, redis.call('PTTL', KEYS[1]), ''}
 end
 redis.call('ZADD', q, ARGV[4], ARGV[3])
 local head = redis.call('ZRANGE', q, 0, 0)[1]
@@ -47,8 +58,10 @@ if head == ARGV[3] and (not v or v == 'q') then
 end
 local ttl = tonumber(ARGV[5])
 redis.call('ZADD', e, now + ttl, ARGV[3])
-if ARGV[7] ~= '' then
+if ARGV[8] == '1' then
   redis.call('HSET', h, ARGV[3], ARGV[1] .. ' ' .. ARGV[2])
+else
+  redis.call('HDEL', h, ARGV[3])
 end
 for _, k in ipairs({q, e, h}) do
   if redis.call('PTTL', k) < ttl then

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,6 +44,13 @@ type Waiter[L comparable] struct {
 	Entry string        // the caller's: how a script that removes its entry names it
 	Grant chan L        // cap 1: a lock handed to the waiter
 	nudge func()        // try again at once
+	// Claimed: an attempt of the waiter may have left a claim on the
+	// masters (a release there hands the key to it, with its attempt's
+	// token): it may end its wait only through the masters, never by a
+	// lock passed in-process, which would leave the claim behind, and a
+	// release would hand the key to a waiter that is gone, for the lock's
+	// TTL.
+	Claimed atomic.Bool
 
 	listed     bool   // in the line
 	granting   bool   // a releaser picked it and has not finished
@@ -220,6 +228,19 @@ func (f *Line[L]) nextInLine(w *Waiter[L], passing bool) {
 	} else if !passing {
 		w.nudge()
 	}
+}
+
+// Claims reports whether w's next attempt should claim the key on the
+// masters: w is the only waiter of this client listed on its key (none
+// other can be passed the lock in-process, so a release of another client
+// must reach it through the masters) and the last view of the key showed a
+// waiter of another client queued (whose release may be the one).
+func (f *Line[L]) Claims(w *Waiter[L]) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ws := f.m[w.Key]
+	v, ok := f.views[w.Key]
+	return (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && ok && v.foreign != NoForeign
 }
 
 // WaitedOn reports whether waiters of this client are queued on key.
