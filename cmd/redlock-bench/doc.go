@@ -180,9 +180,11 @@
 //	ratio_of         the row this row's p50 is compared with ("" for none)
 //	ratio_p50        acquire_p50_us over that row's
 //	sections_per_sec contended: sections begun per second of the slices
-//	handoff_p50_us   contended: from an Unlock returning to the next
-//	handoff_p99_us     holder's Lock returning, when that holder is
-//	                   another goroutine (a Lock that returned first: 0)
+//	handoff_p50_us   contended: from the holder calling Unlock to the
+//	handoff_p99_us     next holder's Lock returning, when that holder is
+//	                   another goroutine: the lock's idle gap between
+//	                   sections (a release hands the lock on before its
+//	                   Unlock returns)
 //	wait_p99_us      contended: Lock called -> won, won calls only
 //	fairness         contended: fewest sections of a goroutine over the
 //	                   most (1 equal turns, 0 a goroutine had none)

@@ -23,7 +23,7 @@ type guard struct {
 type section struct {
 	worker   int
 	acquired time.Time // Lock returned
-	released time.Time // Unlock returned; zero when it failed
+	released time.Time // Unlock called; zero when it failed
 }
 
 // begin records a section that began at acquired and returns its index. The
@@ -42,10 +42,10 @@ func (g *guard) end(i int, released time.Time) {
 	g.mu.Unlock()
 }
 
-// handoffs calls record with the time from each release to the next section's
-// acquisition, where the next holder is another goroutine; a goroutine that
-// takes the lock back is no handoff. A waiter whose Lock returned before the
-// releaser's Unlock did counts as 0.
+// handoffs calls record with the time from each release (Unlock called) to
+// the next section's acquisition (Lock returned), where the next holder is
+// another goroutine; a goroutine that takes the lock back is no handoff. A
+// release that failed leaves its handoff unknown, and out.
 func handoffs(sections []section, record func(time.Duration)) {
 	for k := 1; k < len(sections); k++ {
 		prev, next := sections[k-1], sections[k]
@@ -136,16 +136,17 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 			time.Sleep(cfg.Hold)
 		}
 		// Let go in our books before the masters do, so the next holder
-		// never counts us.
+		// never counts us. The section ends when Unlock is called: a release
+		// hands the lock to the next waiter before Unlock returns.
 		g.holders.Add(-1)
+		unlocking := time.Now()
 		err = l.Unlock(ctx)
-		released := time.Now()
 		if err != nil {
 			w.errored(err)
 			continue
 		}
-		g.end(i, released)
-		_ = w.cycle.RecordValue(micros(released.Sub(start)))
+		g.end(i, unlocking)
+		_ = w.cycle.RecordValue(micros(time.Since(start)))
 		w.acquired++
 	}
 }

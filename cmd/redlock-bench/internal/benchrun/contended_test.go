@@ -34,7 +34,7 @@ func TestHandoffs(t *testing.T) {
 		{worker: 0, acquired: at(0), released: at(1.0)},
 		{worker: 0, acquired: at(1.1), released: at(2.0)},    // took it back: no handoff
 		{worker: 1, acquired: at(2.3), released: at(3.0)},    // 0 -> 1: 300 µs
-		{worker: 2, acquired: at(2.95), released: at(4.0)},   // won before 1's Unlock returned: 0
+		{worker: 2, acquired: at(2.95), released: at(4.0)},   // won before 1 called Unlock (a violation): 0
 		{worker: 3, acquired: at(5.0)},                       // 2 -> 3: 1 ms; its Unlock failed
 		{worker: 0, acquired: at(9.0), released: at(10.0)},   // after a failed release: unknown, left out
 		{worker: 1, acquired: at(10.05), released: at(11.0)}, // 0 -> 1: 50 µs

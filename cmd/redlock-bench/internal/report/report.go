@@ -94,7 +94,7 @@ type Row struct {
 	// The contended scenario's figures (zero in every other row): each
 	// goroutine calls Lock, which waits, holds the lock and releases it.
 	SectionsPerSec float64 `json:"sections_per_sec"` // critical sections completed per second
-	HandoffP50Us   float64 `json:"handoff_p50_us"`   // a release returned -> another goroutine's Lock returned
+	HandoffP50Us   float64 `json:"handoff_p50_us"`   // Unlock called -> another goroutine's Lock returned
 	HandoffP99Us   float64 `json:"handoff_p99_us"`
 	WaitP99Us      float64 `json:"wait_p99_us"` // Lock called -> won, won calls only
 	Fairness       float64 `json:"fairness"`    // fewest sections of a goroutine over the most
