@@ -204,6 +204,14 @@ func TestContendedScenario(t *testing.T) {
 		assert.LessOrEqual(t, r.Fairness, 1.0)
 		assert.Empty(t, r.RatioOf)
 		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors)
+		// Every Lock makes one attempt at least; a split needs masters to split.
+		assert.GreaterOrEqual(t, r.Rounds, r.Acquired, r.Variant)
+		assert.LessOrEqual(t, r.LostRounds, r.Rounds, r.Variant)
+		assert.LessOrEqual(t, r.SplitRounds, r.LostRounds, r.Variant)
+		assert.InDelta(t, splitPct(r), r.SplitPct, 1e-9, r.Variant)
+		if r.Masters == 1 {
+			assert.Zero(t, r.SplitRounds, "%s: one master cannot split its vote", r.Variant)
+		}
 	}
 
 	// Spread over many resources, every goroutine gets turns: fairness is
@@ -220,6 +228,7 @@ func TestContendedScenario(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "handoff p99 µs")
 	assert.Contains(t, out, "fairness")
+	assert.Contains(t, out, "split %")
 
 	// -clients adds rows where the goroutines lock through separate
 	// clients, plain and fair, each checked like the others.
@@ -235,6 +244,14 @@ func TestContendedScenario(t *testing.T) {
 	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients"}, separate)
 }
 
+// splitPct is what a row's split_pct must be: split over lost rounds.
+func splitPct(r report.Row) float64 {
+	if r.LostRounds == 0 {
+		return 0
+	}
+	return 100 * float64(r.SplitRounds) / float64(r.LostRounds)
+}
+
 // TestUncontendedRowsCarryNoContendedFigures: the new columns are the
 // contended scenario's; the other scenarios' rows leave them at zero.
 func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
@@ -245,6 +262,7 @@ func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
 		assert.Zero(t, r.HandoffP50Us)
 		assert.Zero(t, r.Fairness)
 		assert.Zero(t, r.Violations)
+		assert.Zero(t, r.Rounds)
 		assert.Positive(t, r.Acquired)
 	}
 }

@@ -192,6 +192,15 @@
 //	                   goroutine held the resource; must be 0
 //	driver           the Redis client of the row: go-redis,
 //	                   go-redis-pipelined, rueidis or valkey-go
+//	rounds           contended: acquisition attempts of the row's clients,
+//	                   as their Attempted hook hears of them (Lock's
+//	                   retries, and handoffs to a waiter, included)
+//	lost_rounds      contended: of those, lost to another holder
+//	                   (ErrNotAcquired)
+//	split_rounds     contended: of those, lost with some masters won but
+//	                   no majority: the votes split (ErrVotesSplit)
+//	split_pct        contended: split_rounds over lost_rounds, in percent
+//	                   (the text table's "split %"; "-" when none was lost)
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
 // backend they include the in-process servers, most of the count, so the

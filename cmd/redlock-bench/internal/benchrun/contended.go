@@ -2,12 +2,14 @@ package benchrun
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
+	"quorumlock.dev/redlock"
 )
 
 // guard is the run's own view of one resource in the contended scenario: how
@@ -56,6 +58,29 @@ func handoffs(sections []section, record func(time.Duration)) {
 	}
 }
 
+// rounds counts a contended row's acquisition attempts as its clients'
+// Attempted hook hears of them: all of them (Lock's retries and handoffs
+// included), those lost to another holder, and of those the ones whose votes
+// split: some masters won, no majority.
+type rounds struct{ all, lost, split atomic.Int64 }
+
+func (r *rounds) attempted(_, _ time.Duration, err error) {
+	r.all.Add(1)
+	if errors.Is(err, redlock.ErrNotAcquired) {
+		r.lost.Add(1)
+		if errors.Is(err, redlock.ErrVotesSplit) {
+			r.split.Add(1)
+		}
+	}
+}
+
+// collect moves what r counted into t.
+func (r *rounds) collect(t *tally) {
+	t.rounds += r.all.Swap(0)
+	t.lostRounds += r.lost.Swap(0)
+	t.splitRounds += r.split.Swap(0)
+}
+
 // fairness is the fewest sections a goroutine completed over the most: 1
 // when all had equal turns, 0 when one had none (or nobody had any).
 func fairness(sections []int64) float64 {
@@ -90,6 +115,10 @@ func contendedFigures(r *report.Row, t *tally) {
 	}
 	r.Fairness = fairness(t.sections)
 	r.Violations = t.violations
+	r.Rounds, r.LostRounds, r.SplitRounds = t.rounds, t.lostRounds, t.splitRounds
+	if t.lostRounds > 0 {
+		r.SplitPct = 100 * float64(t.splitRounds) / float64(t.lostRounds)
+	}
 }
 
 // waitBound is how long one Lock call of the contended scenario may wait.

@@ -121,6 +121,7 @@ type variant struct {
 	clients   []*redlock.Client // when not nil: goroutine i uses clients[i mod len] (client is clients[0])
 	resources []string
 	guards    []*guard // one per resource in the contended scenario, else nil
+	rounds    *rounds  // its clients' attempts, in the contended scenario, else nil
 	raw       *rawLoop // the raw quorum loop instead of client, when not nil
 }
 
@@ -237,8 +238,8 @@ func (s *setup) conns(d string, addrs []string) ([]driver.Conn, error) {
 // lockClient is a client over addrs through driver d. fair queues waiters
 // (WithFairness); poll hides the masters' Subscribe, so that a waiter
 // sleeps the retry delay as Lock did before its release was pushed to
-// waiters.
-func (s *setup) lockClient(d string, addrs []string, fair, poll bool) (*redlock.Client, error) {
+// waiters. Its attempts are counted in counted, unless that is nil.
+func (s *setup) lockClient(d string, addrs []string, fair, poll bool, counted *rounds) (*redlock.Client, error) {
 	masters, err := s.conns(d, addrs)
 	if err != nil {
 		return nil, err
@@ -253,6 +254,9 @@ func (s *setup) lockClient(d string, addrs []string, fair, poll bool) (*redlock.
 		// 1 s, the entry TTL WithFairness suggests, unless the option's minimum
 		// of 4 node timeouts is longer.
 		opts = append(opts, redlock.WithFairness(max(time.Second, 4*s.cfg.NodeTimeout)))
+	}
+	if counted != nil {
+		opts = append(opts, redlock.WithHooks(redlock.Hooks{Attempted: counted.attempted}))
 	}
 	if s.cfg.Fence {
 		fc, err := s.conn(d, s.env.Fence)
@@ -398,6 +402,9 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 	row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
 	row.Driver = d
 	v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, resources: make([]string, s.cfg.Keys)}
+	if s.cfg.Scenario == "contended" {
+		v.rounds = &rounds{}
+	}
 	if sp.raw {
 		conns, err := s.conns(d, sp.addrs)
 		if err != nil {
@@ -406,7 +413,7 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		v.raw = &rawLoop{masters: conns, nodeTimeout: s.cfg.NodeTimeout}
 		return v, nil
 	}
-	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +423,7 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		// masters, and nothing can be passed in-process.
 		v.clients = []*redlock.Client{client}
 		for range sp.clients - 1 {
-			c, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+			c, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
 			if err != nil {
 				return nil, err
 			}
@@ -445,11 +452,13 @@ type tally struct {
 	cpu                                              time.Duration
 
 	// The contended scenario's: Lock's waits when it won, the handoffs
-	// between goroutines, overlapping sections, and sections per goroutine.
-	wait, handoff *hdrhistogram.Histogram
-	violations    int64
-	sections      []int64 // per goroutine, begun within the slices
-	window        float64 // seconds of the slices, without what ran on past their end
+	// between goroutines, overlapping sections, sections per goroutine, and
+	// the clients' attempts (see rounds).
+	wait, handoff                   *hdrhistogram.Histogram
+	violations                      int64
+	sections                        []int64 // per goroutine, begun within the slices
+	window                          float64 // seconds of the slices, without what ran on past their end
+	rounds, lostRounds, splitRounds int64
 }
 
 func newHistogram() *hdrhistogram.Histogram {
@@ -622,6 +631,9 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 	for _, g := range v.guards {
 		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
 		g.sections = g.sections[:0]
+	}
+	if v.rounds != nil {
+		v.rounds.collect(t)
 	}
 	return ctx.Err()
 }

@@ -101,8 +101,18 @@ type Row struct {
 	Violations     int64   `json:"violations"`  // sections that began while another goroutine held the resource
 
 	// Driver is the Redis client the row's masters were reached through (redlock-bench
-	// -driver); last, so that the CSV columns before it keep their places.
+	// -driver); after it, so that the CSV columns before it keep their places, the fields
+	// added since.
 	Driver string `json:"driver"`
+
+	// The contended scenario's acquisition attempts (rounds), as the clients' Attempted
+	// hook counts them: every one (Lock's retries and handoffs included), those lost to
+	// another holder (ErrNotAcquired), and of those the ones whose votes split: some
+	// masters won but no majority (ErrVotesSplit). SplitPct is split over lost, in percent.
+	Rounds      int64   `json:"rounds"`
+	LostRounds  int64   `json:"lost_rounds"`
+	SplitRounds int64   `json:"split_rounds"`
+	SplitPct    float64 `json:"split_pct"`
 }
 
 // DefaultDriver is the driver of a run that names none; a table names a row's driver only
