@@ -231,7 +231,8 @@ func TestContendedScenario(t *testing.T) {
 	assert.Contains(t, out, "split %")
 
 	// -clients adds rows where the goroutines lock through separate
-	// clients, plain and fair, each checked like the others.
+	// clients, plain and fair, and the redsync baseline over as many groups
+	// of go-redis clients, each checked like the others.
 	rep = runJSON(t, "-scenario", "contended", "-clients", "3", "-d", "300ms", "-c", "3", "-rounds", "1", "-node-timeout", "500ms")
 	var separate []string
 	for _, r := range rep.Results {
@@ -239,9 +240,22 @@ func TestContendedScenario(t *testing.T) {
 		if strings.HasSuffix(r.Variant, " 3 clients") {
 			separate = append(separate, r.Variant)
 			assert.Positive(t, r.Acquired, "%s: no section", r.Variant)
+			assert.Zero(t, r.Errors, "%s: %s", r.Variant, r.FirstError)
+			assert.Zero(t, r.Unavailable, r.Variant)
+			assert.Positive(t, r.SectionsPerSec, r.Variant)
+			assert.Positive(t, r.WaitP99Us, r.Variant)
+			assert.GreaterOrEqual(t, r.HandoffP99Us, r.HandoffP50Us, r.Variant)
+			assert.GreaterOrEqual(t, r.Rounds, r.Acquired, r.Variant)
+			assert.LessOrEqual(t, r.SplitRounds, r.LostRounds, r.Variant)
+			assert.InDelta(t, splitPct(r), r.SplitPct, 1e-9, r.Variant)
+			assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors, r.Variant)
+		}
+		if r.Mode == "redsync" {
+			assert.Equal(t, 5, r.Masters)
+			assert.Equal(t, "go-redis", r.Driver, "redsync's rows go through its go-redis adapter")
 		}
 	}
-	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients"}, separate)
+	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients", "redsync 3 clients"}, separate)
 }
 
 // splitPct is what a row's split_pct must be: split over lost rounds.

@@ -93,7 +93,13 @@
 //     shares one client among the goroutines; with -clients N, two more,
 //     "redlock N clients" and "redlock fair N clients", give goroutine i
 //     client i mod N, each with connections of its own, as separate
-//     processes would have: nothing is passed in-process there.
+//     processes would have: nothing is passed in-process there. A third,
+//     "redsync N clients" (mode redsync, driver go-redis), is the baseline
+//     of github.com/go-redsync/redsync/v4: goroutine i locks through
+//     redsync over the go-redis clients of group i mod N, a NewMutex and
+//     LockContext per section with redsync's defaults (retry delay 50-250
+//     ms at random, a try timeout of 5% of the TTL) but enough tries that
+//     the wait bound, not the count of tries, ends a wait.
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
@@ -148,7 +154,7 @@
 // servers_in_process, servers, config and a results array of rows; -o csv
 // prints one header line and one line per row. The row fields (JSON keys and CSV columns, in order):
 //
-//	mode             redlock, raw (-raw) or single
+//	mode             redlock, raw (-raw), single or redsync (-clients)
 //	variant          names the row in its scenario: single, redlock,
 //	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5,
 //	                   redlock fair, redlock poll

@@ -28,6 +28,12 @@ type section struct {
 	released time.Time // Unlock called; zero when it failed
 }
 
+// unlocker is a held lock as the contended loop releases it: a
+// *redlock.Lock, or a redsync mutex in the redsync rows.
+type unlocker interface {
+	Unlock(ctx context.Context) error
+}
+
 // begin records a section that began at acquired and returns its index. The
 // order of the log is the order of the holders: a holder appends before it
 // lets go of the resource, so the next one can only append after it.
@@ -139,16 +145,23 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		g := v.guards[k]
 		start := time.Now()
 		lctx, cancel := context.WithTimeout(ctx, waitBound(cfg.TTL))
-		c := v.client
-		if len(v.clients) > 0 {
-			c = v.clients[w.id%len(v.clients)]
+		var l unlocker
+		var err error
+		switch {
+		case v.redsync != nil:
+			l, err = v.redsync[w.id].lock(lctx, v.resources[k], cfg.TTL)
+		case len(v.clients) > 0:
+			l, err = v.clients[w.id%len(v.clients)].Lock(lctx, v.resources[k], cfg.TTL)
+		default:
+			l, err = v.client.Lock(lctx, v.resources[k], cfg.TTL)
 		}
-		l, err := c.Lock(lctx, v.resources[k], cfg.TTL)
 		won := time.Now()
 		cancel()
 		w.record(won.Sub(start), bar)
 		if err != nil {
-			if !w.failed(ctx, err, invalid) {
+			if v.redsync != nil && ctx.Err() == nil && redsyncLost(err) {
+				w.contended++
+			} else if !w.failed(ctx, err, invalid) {
 				return
 			}
 			continue

@@ -1,9 +1,13 @@
 package benchrun
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -60,4 +64,39 @@ func TestGuardOrder(t *testing.T) {
 	assert.Equal(t, 3, g.sections[0].worker)
 	assert.Equal(t, t0.Add(time.Millisecond), g.sections[0].released)
 	assert.True(t, g.sections[1].released.IsZero(), "not released yet")
+}
+
+// TestRedsyncSettle: a redsync attempt is counted when its SetNX calls have
+// been made; a lost one that won some masters but no quorum split the votes.
+func TestRedsyncSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		calls, won       int32
+		wonLock          bool
+		all, lost, split int64
+	}{
+		{"no attempt since the last", 0, 0, false, 0, 0, 0},
+		{"won", 5, 3, true, 1, 0, 0},
+		{"lost to a holder", 5, 0, false, 1, 1, 0},
+		{"split", 5, 2, false, 1, 1, 1},
+		{"a quorum too late", 5, 3, false, 1, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var counted rounds
+			l := newRedsyncLocker(make([]redsyncredis.Pool, 5), &counted)
+			l.calls.Store(tc.calls)
+			l.won.Store(tc.won)
+			l.settle(tc.wonLock)
+			assert.Equal(t, []int64{tc.all, tc.lost, tc.split}, []int64{counted.all.Load(), counted.lost.Load(), counted.split.Load()})
+			assert.Zero(t, l.calls.Load()+l.won.Load(), "the next attempt starts from nothing")
+		})
+	}
+}
+
+func TestRedsyncLost(t *testing.T) {
+	assert.True(t, redsyncLost(redsync.ErrFailed))
+	assert.True(t, redsyncLost(&redsync.ErrTaken{Nodes: []int{0, 1, 2}}))
+	assert.True(t, redsyncLost(errors.Join(&redsync.ErrNodeTaken{Node: 1}, &redsync.RedisError{Node: 2, Err: errors.New("EOF")})))
+	assert.False(t, redsyncLost(&redsync.RedisError{Node: 2, Err: errors.New("EOF")}))
+	assert.False(t, redsyncLost(fmt.Errorf("dial: %w", errors.New("refused"))))
 }

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/backend"
 	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
@@ -120,9 +123,10 @@ type variant struct {
 	client    *redlock.Client
 	clients   []*redlock.Client // when not nil: goroutine i uses clients[i mod len] (client is clients[0])
 	resources []string
-	guards    []*guard // one per resource in the contended scenario, else nil
-	rounds    *rounds  // its clients' attempts, in the contended scenario, else nil
-	raw       *rawLoop // the raw quorum loop instead of client, when not nil
+	guards    []*guard         // one per resource in the contended scenario, else nil
+	rounds    *rounds          // its clients' attempts, in the contended scenario, else nil
+	redsync   []*redsyncLocker // a redsync row's: goroutine i's, instead of client
+	raw       *rawLoop         // the raw quorum loop instead of client, when not nil
 }
 
 // Run opens the backend, measures every variant of the scenario at every
@@ -193,11 +197,15 @@ type setup struct {
 	sets    map[string]*drivers.Set // by driver name
 	locks   []*redlock.Client
 	proxies []*faultproxy.Proxy
+	redsync []*redis.Client // the redsync rows'
 }
 
 func (s *setup) close() {
 	for _, c := range s.locks {
 		_ = c.Close() // its subscriptions, before the connections they use
+	}
+	for _, c := range s.redsync {
+		_ = c.Close()
 	}
 	for _, set := range s.sets {
 		set.Close()
@@ -318,7 +326,8 @@ func (s *setup) variants() ([]*variant, error) {
 			if k := cfg.Clients; k > 0 {
 				specs = append(specs,
 					spec{mode: "redlock", label: fmt.Sprintf("redlock %d clients", k), addrs: env.Masters[:n], clients: k},
-					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k})
+					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k},
+					spec{mode: "redsync", label: fmt.Sprintf("redsync %d clients", k), addrs: env.Masters[:n], clients: k, redsync: true})
 			}
 		}
 	case "slow":
@@ -361,10 +370,15 @@ func (s *setup) variants() ([]*variant, error) {
 	}
 
 	// Every variant once per driver, the drivers' rows of one variant side
-	// by side; all of them alternate in measure's slices.
+	// by side; all of them alternate in measure's slices. redsync has a
+	// driver of its own: its go-redis adapter.
 	var variants []*variant
 	for _, sp := range specs {
-		for _, d := range cfg.Drivers {
+		ds := cfg.Drivers
+		if sp.redsync {
+			ds = []string{drivers.GoRedis}
+		}
+		for _, d := range ds {
 			v, err := s.variant(base, d, sp)
 			if err != nil {
 				return nil, err
@@ -393,7 +407,8 @@ type spec struct {
 	delay                time.Duration
 	dead                 int
 	fair, poll, raw      bool
-	clients              int // separate clients; 0: one shared
+	clients              int  // separate clients; 0: one shared
+	redsync              bool // redsync instead of redlock, over clients separate go-redis clients
 }
 
 // variant makes sp through driver d, with clients of its own.
@@ -411,6 +426,10 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 			return nil, err
 		}
 		v.raw = &rawLoop{masters: conns, nodeTimeout: s.cfg.NodeTimeout}
+		return v, nil
+	}
+	if sp.redsync {
+		v.redsync = s.redsyncLockers(sp.addrs, sp.clients, v.rounds)
 		return v, nil
 	}
 	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
@@ -431,6 +450,27 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		}
 	}
 	return v, nil
+}
+
+// redsyncLockers are one redsync per goroutine of the highest concurrency:
+// goroutine i over the go-redis clients of group i mod groups, one per
+// master, as separate processes would have.
+func (s *setup) redsyncLockers(addrs []string, groups int, counted *rounds) []*redsyncLocker {
+	pools := make([][]redsyncredis.Pool, groups)
+	for g := range pools {
+		for _, a := range addrs {
+			o := s.env.ClientOptions(a)
+			o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10 // as conn sizes go-redis's pool
+			c := redis.NewClient(o)
+			s.redsync = append(s.redsync, c)
+			pools[g] = append(pools[g], redsyncgoredis.NewPool(c))
+		}
+	}
+	lockers := make([]*redsyncLocker, slices.Max(s.cfg.Concurrency))
+	for i := range lockers {
+		lockers[i] = newRedsyncLocker(pools[i%groups], counted)
+	}
+	return lockers
 }
 
 // newBar draws progress in attempts when rows are counted, else in time.

@@ -54,7 +54,7 @@ type ConfigEcho struct {
 // Row is one measured variant at one concurrency: flat, so that CSV and JSON
 // carry the same fields. Latencies are in microseconds.
 type Row struct {
-	Mode        string  `json:"mode"`     // redlock, raw (the raw quorum loop) or single
+	Mode        string  `json:"mode"`     // redlock, raw (the raw quorum loop), single or redsync (the contended baseline)
 	Variant     string  `json:"variant"`  // names the row within its scenario; ratio_of refers to it
 	Masters     int     `json:"masters"`  // masters of this variant (1 for single)
 	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale, contended
