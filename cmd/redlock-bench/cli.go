@@ -60,6 +60,7 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.DurationVar(&cfg.Delay, "delay", 30*time.Millisecond, "slow scenario: latency added to one master")
 	fs.IntVar(&cfg.Dead, "dead", 2, "dead scenario: unreachable masters")
 	fs.IntVar(&cfg.Clients, "clients", 0, "contended scenario: also rows where the goroutines share this many separate clients (each with its own connections), as separate processes would, plain, fair and redsync's; 0 for none")
+	fs.IntVar(&cfg.Procs, "procs", 0, "contended scenario: also rows where the goroutines run in this many worker processes (this program started again; goroutine i in process i mod N), each goroutine with a client of its own, plain and fair; 0 for none, at most 64")
 	fs.StringVar(&driverList, "driver", drivers.Default, "Redis clients the masters are reached through, comma-separated, each a dimension of every row: "+strings.Join(drivers.Names, ", "))
 	fs.BoolVar(&cfg.Raw, "raw", false, "healthy scenario: also the raw quorum loop (parallel SET NX PX, done at a majority; compare-and-delete on every master) per driver, the least a Redlock client must do")
 	fs.IntVar(&cfg.Rounds, "rounds", 4, "slices each row is measured in, alternating with the other rows of its group")

@@ -99,7 +99,14 @@
 //     redsync over the go-redis clients of group i mod N, a NewMutex and
 //     LockContext per section with redsync's defaults (retry delay 50-250
 //     ms at random, a try timeout of 5% of the TTL) but enough tries that
-//     the wait bound, not the count of tries, ends a wait.
+//     the wait bound, not the count of tries, ends a wait. With -procs N
+//     (at most 64), "redlock N procs" and "redlock fair N procs" run the
+//     goroutines in N worker processes, this program started again
+//     (goroutine i in process i mod N; fewer processes when -c is lower),
+//     each goroutine with a client of its own. Each worker reports every
+//     slice's counts, histograms and sections (wall-clock times) to the
+//     run on its stdout, which merges them into the row; -n splits each
+//     slice's attempts among the workers by their goroutines.
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
@@ -112,7 +119,12 @@
 // the sections that began before the end. An in-process check counts
 // violations: each resource has a holder counter, raised when Lock returns
 // and lowered before Unlock, and a section that finds it above zero is one.
-// There the acquire_* columns are Lock's latency, over every call.
+// There the acquire_* columns are Lock's latency, over every call. In the
+// -procs rows no counter sees every holder: the sections of all workers,
+// each from Lock returning to Unlock being called, are ordered by the wall
+// clock, and a section that began before an earlier one ended is a
+// violation; their allocs_per_op and cpu_seconds add the workers' to the
+// run's own.
 //
 // # Chaos
 //

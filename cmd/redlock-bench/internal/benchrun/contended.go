@@ -25,7 +25,8 @@ type guard struct {
 type section struct {
 	worker   int
 	acquired time.Time // Lock returned
-	released time.Time // Unlock called; zero when it failed
+	released time.Time // Unlock called; zero while it is held
+	failed   bool      // Unlock returned an error: where the lock went is unknown
 }
 
 // unlocker is a held lock as the contended loop releases it: a
@@ -44,9 +45,9 @@ func (g *guard) begin(worker int, acquired time.Time) int {
 	return len(g.sections) - 1
 }
 
-func (g *guard) end(i int, released time.Time) {
+func (g *guard) end(i int, released time.Time, failed bool) {
 	g.mu.Lock()
-	g.sections[i].released = released
+	g.sections[i].released, g.sections[i].failed = released, failed
 	g.mu.Unlock()
 }
 
@@ -57,11 +58,30 @@ func (g *guard) end(i int, released time.Time) {
 func handoffs(sections []section, record func(time.Duration)) {
 	for k := 1; k < len(sections); k++ {
 		prev, next := sections[k-1], sections[k]
-		if prev.worker == next.worker || prev.released.IsZero() {
+		if prev.worker == next.worker || prev.failed || prev.released.IsZero() {
 			continue
 		}
 		record(max(next.acquired.Sub(prev.released), 0))
 	}
+}
+
+// overlaps counts the sections of a log in order of acquisition that began
+// before an earlier one was released: the violations of sections logged in
+// several processes, where no counter in memory sees them all. A section
+// that is still held, or whose Unlock failed, counts as held until its
+// Unlock was called.
+func overlaps(sections []section) int64 {
+	var n int64
+	var held time.Time // the latest release of the sections so far
+	for k, s := range sections {
+		if k > 0 && s.acquired.Before(held) {
+			n++
+		}
+		if s.released.After(held) {
+			held = s.released
+		}
+	}
+	return n
 }
 
 // rounds counts a contended row's acquisition attempts as its clients'
@@ -183,11 +203,11 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		g.holders.Add(-1)
 		unlocking := time.Now()
 		err = l.Unlock(ctx)
+		g.end(i, unlocking, err != nil)
 		if err != nil {
 			w.errored(err)
 			continue
 		}
-		g.end(i, unlocking)
 		_ = w.cycle.RecordValue(micros(time.Since(start)))
 		w.acquired++
 	}

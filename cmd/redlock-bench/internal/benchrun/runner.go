@@ -2,7 +2,8 @@
 // mode: it opens a backend, builds each scenario's variants and measures them
 // in alternating slices into a [report.Report]. The uncontended scenarios
 // make one TryLock attempt per cycle; the contended one calls Lock, which
-// waits. It writes nothing itself.
+// waits, and its -procs rows run in worker processes ([MaybeWorker]). It
+// writes nothing itself.
 package benchrun
 
 import (
@@ -60,6 +61,7 @@ type Config struct {
 	Dead        int           // dead scenario
 	Rounds      int           // each row is measured in this many slices, alternating with the other rows of its group
 	Clients     int           // contended scenario: also rows where the goroutines share this many clients (goroutine i uses client i mod Clients), as separate processes would have; 0 for none
+	Procs       int           // contended scenario: also rows where the goroutines run in this many worker processes (goroutine i in process i mod Procs), each with a client of its own; 0 for none
 	Drivers     []string      // the Redis clients of drivers.Names, each a dimension of every variant; none means drivers.Default
 	Raw         bool          // healthy scenario: also the raw quorum loop (rawLoop) per driver
 	Progress    io.Writer     // where to draw a progress bar; nil for none
@@ -95,6 +97,10 @@ func (c *Config) Validate() error {
 		return bad("clients %d outside 0..4096", c.Clients)
 	case c.Clients > 0 && c.Scenario != "contended":
 		return bad("-clients applies to the contended scenario only")
+	case c.Procs < 0 || c.Procs > 64:
+		return bad("procs %d outside 0..64", c.Procs)
+	case c.Procs > 0 && c.Scenario != "contended":
+		return bad("-procs applies to the contended scenario only")
 	case c.Raw && c.Scenario != "healthy":
 		return bad("the raw quorum loop (-raw) applies to the healthy scenario only")
 	case c.Scenario == "slow" && c.Delay <= 0:
@@ -126,6 +132,7 @@ type variant struct {
 	guards    []*guard         // one per resource in the contended scenario, else nil
 	rounds    *rounds          // its clients' attempts, in the contended scenario, else nil
 	redsync   []*redsyncLocker // a redsync row's: goroutine i's, instead of client
+	procs     *procRow         // a -procs row's worker processes, instead of client
 	raw       *rawLoop         // the raw quorum loop instead of client, when not nil
 }
 
@@ -170,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if cfg.Cycles > 0 {
 		rep.Config.DurationS = 0
 	}
-	s := &setup{cfg: cfg, env: env, sets: map[string]*drivers.Set{}}
+	s := &setup{cfg: cfg, env: env, options: env.ClientOptions, fence: env.Fence, sets: map[string]*drivers.Set{}}
 	defer s.close()
 	variants, err := s.variants()
 	if err != nil {
@@ -193,8 +200,10 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 // setup builds the variants of a scenario and owns what they need.
 type setup struct {
 	cfg     Config
-	env     *backend.Env
-	sets    map[string]*drivers.Set // by driver name
+	env     *backend.Env                     // nil in a -procs worker, which makes no variants
+	options func(addr string) *redis.Options // how to reach a server: env.ClientOptions, or a worker's
+	fence   string                           // the fence counter's address
+	sets    map[string]*drivers.Set          // by driver name
 	locks   []*redlock.Client
 	proxies []*faultproxy.Proxy
 	redsync []*redis.Client // the redsync rows'
@@ -228,7 +237,7 @@ func (s *setup) conn(d, addr string) (driver.Conn, error) {
 		s.sets[d] = set
 	}
 	// The user, password and TLS of an addrs server.
-	return set.Conn(s.env.ClientOptions(addr), 2*slices.Max(s.cfg.Concurrency)+10)
+	return set.Conn(s.options(addr), 2*slices.Max(s.cfg.Concurrency)+10)
 }
 
 func (s *setup) conns(d string, addrs []string) ([]driver.Conn, error) {
@@ -267,7 +276,7 @@ func (s *setup) lockClient(d string, addrs []string, fair, poll bool, counted *r
 		opts = append(opts, redlock.WithHooks(redlock.Hooks{Attempted: counted.attempted}))
 	}
 	if s.cfg.Fence {
-		fc, err := s.conn(d, s.env.Fence)
+		fc, err := s.conn(d, s.fence)
 		if err != nil {
 			return nil, err
 		}
@@ -328,6 +337,11 @@ func (s *setup) variants() ([]*variant, error) {
 					spec{mode: "redlock", label: fmt.Sprintf("redlock %d clients", k), addrs: env.Masters[:n], clients: k},
 					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k},
 					spec{mode: "redsync", label: fmt.Sprintf("redsync %d clients", k), addrs: env.Masters[:n], clients: k, redsync: true})
+			}
+			if p := cfg.Procs; p > 0 {
+				specs = append(specs,
+					spec{mode: "redlock", label: fmt.Sprintf("redlock %d procs", p), addrs: env.Masters[:n], procs: p},
+					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d procs", p), addrs: env.Masters[:n], fair: true, procs: p})
 			}
 		}
 	case "slow":
@@ -409,6 +423,7 @@ type spec struct {
 	fair, poll, raw      bool
 	clients              int  // separate clients; 0: one shared
 	redsync              bool // redsync instead of redlock, over clients separate go-redis clients
+	procs                int  // worker processes, each goroutine with a client of its own; 0: none
 }
 
 // variant makes sp through driver d, with clients of its own.
@@ -430,6 +445,10 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 	}
 	if sp.redsync {
 		v.redsync = s.redsyncLockers(sp.addrs, sp.clients, v.rounds)
+		return v, nil
+	}
+	if sp.procs > 0 {
+		v.procs = s.procRow(d, sp)
 		return v, nil
 	}
 	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
@@ -459,7 +478,7 @@ func (s *setup) redsyncLockers(addrs []string, groups int, counted *rounds) []*r
 	pools := make([][]redsyncredis.Pool, groups)
 	for g := range pools {
 		for _, a := range addrs {
-			o := s.env.ClientOptions(a)
+			o := s.options(a)
 			o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10 // as conn sizes go-redis's pool
 			c := redis.NewClient(o)
 			s.redsync = append(s.redsync, c)
@@ -510,22 +529,26 @@ func newHistogram() *hdrhistogram.Histogram {
 // alternate between the variants (A, B, A, B ...), so that drift in the
 // machine's speed hits all of them alike.
 func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress.Bar) ([]report.Row, error) {
+	// Only the contended scenario's: the uncontended rows' heap (and so
+	// their GC) stays what it was.
+	contended := cfg.Scenario == "contended"
 	tallies := make([]*tally, len(variants))
 	for i := range tallies {
-		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram()}
+		tallies[i] = newTally(contended, c)
 	}
-	workers := make([]*worker, c)
-	for i := range workers {
-		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
-	}
-	if cfg.Scenario == "contended" {
-		// Only here: the uncontended rows' heap (and so their GC) stays
-		// what it was.
-		for _, t := range tallies {
-			t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+	workers := newWorkers(contended, c)
+	fleets := make([]*fleet, len(variants)) // the -procs rows' processes, for this concurrency
+	defer func() {
+		for _, f := range fleets {
+			f.close()
 		}
-		for _, w := range workers {
-			w.wait = newHistogram()
+	}()
+	for i, v := range variants {
+		if v.procs != nil {
+			var err error
+			if fleets[i], err = startFleet(ctx, v, c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for round := range cfg.Rounds {
@@ -538,7 +561,7 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 					budget++
 				}
 			}
-			if err := runSlice(ctx, cfg, v, workers, tallies[i], slice, budget, bar); err != nil {
+			if err := runSlice(ctx, cfg, v, workers, fleets[i], tallies[i], slice, budget, bar); err != nil {
 				return nil, err
 			}
 		}
@@ -603,12 +626,77 @@ type worker struct {
 	violations, sections                             int64                   // contended only
 }
 
-func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
+// newTally is an empty tally; a contended one for c goroutines.
+func newTally(contended bool, c int) *tally {
+	t := &tally{acquire: newHistogram(), cycle: newHistogram()}
+	if contended {
+		t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+	}
+	return t
+}
+
+// newWorkers are the c goroutines of a slice, numbered from 0.
+func newWorkers(contended bool, c int) []*worker {
+	workers := make([]*worker, c)
+	for i := range workers {
+		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
+		if contended {
+			workers[i].wait = newHistogram()
+		}
+	}
+	return workers
+}
+
+// runSlice measures v for d (or budget attempts), in this process's
+// workers or, for a -procs row, in f's processes, into t.
+func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, f *fleet, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpuBefore := cpuTime()
 	start := time.Now()
 	end := start.Add(d)
+	if f != nil {
+		if err := f.slice(ctx, end, budget, t, v.guards, bar); err != nil {
+			return err
+		}
+	} else if err := runWorkers(ctx, cfg, v, workers, start, end, budget, bar); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpuBefore
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+
+	t.seconds += elapsed.Seconds()
+	if budget > 0 {
+		t.window += elapsed.Seconds()
+	} else {
+		t.window += d.Seconds()
+	}
+	t.cpu += cpu
+	t.mallocs += after.Mallocs - before.Mallocs
+	if f == nil {
+		collect(t, workers)
+	}
+	for _, g := range v.guards {
+		if f != nil {
+			// Logged by several processes: the wall clock orders the
+			// sections, and says which overlapped.
+			slices.SortFunc(g.sections, func(a, b section) int { return a.acquired.Compare(b.acquired) })
+			t.violations += overlaps(g.sections)
+		}
+		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
+		g.sections = g.sections[:0]
+	}
+	if v.rounds != nil {
+		v.rounds.collect(t)
+	}
+	return ctx.Err()
+}
+
+// runWorkers runs v's loop in every worker from start until end (or budget
+// attempts) and waits for them.
+func runWorkers(ctx context.Context, cfg Config, v *variant, workers []*worker, start, end time.Time, budget int64, bar *progress.Bar) error {
 	var left atomic.Int64
 	left.Store(budget)
 	var invalid atomic.Pointer[error] // the library refused the run's settings
@@ -633,19 +721,11 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		// Not an outcome to count: no attempt with these settings can succeed.
 		return fmt.Errorf("benchrun: %w", *err)
 	}
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpuBefore
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
+	return nil
+}
 
-	t.seconds += elapsed.Seconds()
-	if budget > 0 {
-		t.window += elapsed.Seconds()
-	} else {
-		t.window += d.Seconds()
-	}
-	t.cpu += cpu
-	t.mallocs += after.Mallocs - before.Mallocs
+// collect moves what the workers counted into t, and resets them.
+func collect(t *tally, workers []*worker) {
 	for _, w := range workers {
 		t.acquire.Merge(w.acquire)
 		t.cycle.Merge(w.cycle)
@@ -668,14 +748,6 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		}
 		w.attempts, w.acquired, w.contended, w.unavailable, w.errs, w.violations, w.sections = 0, 0, 0, 0, 0, 0, 0
 	}
-	for _, g := range v.guards {
-		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
-		g.sections = g.sections[:0]
-	}
-	if v.rounds != nil {
-		v.rounds.collect(t)
-	}
-	return ctx.Err()
 }
 
 func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {
