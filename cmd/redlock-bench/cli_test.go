@@ -323,6 +323,36 @@ func splitPct(r report.Row) float64 {
 	return 100 * float64(r.SplitRounds) / float64(r.LostRounds)
 }
 
+// TestContendedProcsAddrs: workers reach -addrs servers as the run does,
+// through the addresses it was given, with the fence counter.
+func TestContendedProcsAddrs(t *testing.T) {
+	servers := redistest.StartN(t, 5, redisserver.Options{})
+	var addrs []string
+	for _, s := range servers[:3] {
+		addrs = append(addrs, "redis://"+s.Addr())
+	}
+	rep := runJSON(t, "-addrs", strings.Join(addrs, ","), "-single-addr", servers[3].Addr(), "-fence-addr", servers[4].Addr(),
+		"-fence", "-masters", "3", "-scenario", "contended", "-procs", "2", "-d", "200ms", "-c", "2", "-rounds", "1",
+		"-ttl", "2s", "-node-timeout", "500ms")
+	var procs int
+	for _, r := range rep.Results {
+		if !strings.HasSuffix(r.Variant, " 2 procs") {
+			continue
+		}
+		procs++
+		assert.True(t, r.Fence)
+		assert.Positive(t, r.Acquired, r.Variant)
+		assert.Zero(t, r.Errors, "%s: %s", r.Variant, r.FirstError)
+		assert.Zero(t, r.Violations, r.Variant)
+	}
+	assert.Equal(t, 2, procs)
+	for _, s := range servers {
+		keys, err := redistest.Client(t, s.Addr()).Keys(context.Background(), "*redlock-bench-*").Result()
+		require.NoError(t, err)
+		assert.Empty(t, keys, "the run left keys on %s", s.Addr())
+	}
+}
+
 // TestUncontendedRowsCarryNoContendedFigures: the new columns are the
 // contended scenario's; the other scenarios' rows leave them at zero.
 func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
