@@ -26,6 +26,7 @@ import (
 
 func TestMain(m *testing.M) {
 	chaos.MaybeWorker()      // the chaos subcommand's workers are this binary started again
+	benchrun.MaybeWorker()   // and so are those of the contended scenario's -procs rows
 	redis.SetLogger(quiet{}) // the dead scenario dials dead masters on purpose
 	os.Exit(m.Run())
 }
@@ -100,6 +101,9 @@ func TestBadFlags(t *testing.T) {
 		{"-rounds", "0"},
 		{"-clients", "-1"},
 		{"-clients", "4"}, // the healthy scenario
+		{"-procs", "-1"},
+		{"-procs", "65", "-scenario", "contended"},
+		{"-procs", "2"}, // the healthy scenario
 		{"extra"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -204,6 +208,14 @@ func TestContendedScenario(t *testing.T) {
 		assert.LessOrEqual(t, r.Fairness, 1.0)
 		assert.Empty(t, r.RatioOf)
 		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors)
+		// Every Lock makes one attempt at least; a split needs masters to split.
+		assert.GreaterOrEqual(t, r.Rounds, r.Acquired, r.Variant)
+		assert.LessOrEqual(t, r.LostRounds, r.Rounds, r.Variant)
+		assert.LessOrEqual(t, r.SplitRounds, r.LostRounds, r.Variant)
+		assert.InDelta(t, splitPct(r), r.SplitPct, 1e-9, r.Variant)
+		if r.Masters == 1 {
+			assert.Zero(t, r.SplitRounds, "%s: one master cannot split its vote", r.Variant)
+		}
 	}
 
 	// Spread over many resources, every goroutine gets turns: fairness is
@@ -220,9 +232,11 @@ func TestContendedScenario(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "handoff p99 µs")
 	assert.Contains(t, out, "fairness")
+	assert.Contains(t, out, "split %")
 
 	// -clients adds rows where the goroutines lock through separate
-	// clients, plain and fair, each checked like the others.
+	// clients, plain and fair, and the redsync baseline over as many groups
+	// of go-redis clients, each checked like the others.
 	rep = runJSON(t, "-scenario", "contended", "-clients", "3", "-d", "300ms", "-c", "3", "-rounds", "1", "-node-timeout", "500ms")
 	var separate []string
 	for _, r := range rep.Results {
@@ -230,9 +244,113 @@ func TestContendedScenario(t *testing.T) {
 		if strings.HasSuffix(r.Variant, " 3 clients") {
 			separate = append(separate, r.Variant)
 			assert.Positive(t, r.Acquired, "%s: no section", r.Variant)
+			assert.Zero(t, r.Errors, "%s: %s", r.Variant, r.FirstError)
+			assert.Zero(t, r.Unavailable, r.Variant)
+			assert.Positive(t, r.SectionsPerSec, r.Variant)
+			assert.Positive(t, r.WaitP99Us, r.Variant)
+			assert.GreaterOrEqual(t, r.HandoffP99Us, r.HandoffP50Us, r.Variant)
+			assert.GreaterOrEqual(t, r.Rounds, r.Acquired, r.Variant)
+			assert.LessOrEqual(t, r.SplitRounds, r.LostRounds, r.Variant)
+			assert.InDelta(t, splitPct(r), r.SplitPct, 1e-9, r.Variant)
+			assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors, r.Variant)
+		}
+		if r.Mode == "redsync" {
+			assert.Equal(t, 5, r.Masters)
+			assert.Equal(t, "go-redis", r.Driver, "redsync's rows go through its go-redis adapter")
 		}
 	}
-	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients"}, separate)
+	assert.ElementsMatch(t, []string{"redlock 3 clients", "redlock fair 3 clients", "redsync 3 clients"}, separate)
+}
+
+// TestContendedProcs: -procs adds rows whose goroutines run in worker
+// processes, this binary started again, merged into one row each and checked
+// like the others; the violations come from the merged log of sections.
+func TestContendedProcs(t *testing.T) {
+	// A TTL of 2 s bounds the slices: a fair Lock called before a slice's
+	// end has been seen to wait out a whole TTL on the embedded backend.
+	rep := runJSON(t, "-scenario", "contended", "-procs", "2", "-d", "400ms", "-c", "3", "-rounds", "2",
+		"-node-timeout", "500ms", "-ttl", "2s")
+	var procs []string
+	for _, r := range rep.Results {
+		assert.Zero(t, r.Violations, r.Variant)
+		if !strings.HasSuffix(r.Variant, " 2 procs") {
+			continue
+		}
+		procs = append(procs, r.Variant)
+		assert.Equal(t, 5, r.Masters)
+		assert.Positive(t, r.Acquired, "%s: no section", r.Variant)
+		assert.Zero(t, r.Errors, "%s: %s", r.Variant, r.FirstError)
+		assert.Zero(t, r.Unavailable, r.Variant)
+		assert.Positive(t, r.SectionsPerSec, r.Variant)
+		assert.Positive(t, r.WaitP99Us, r.Variant)
+		assert.Positive(t, r.CycleP50Us, r.Variant)
+		assert.Positive(t, r.HandoffP50Us, "%s: no handoff between goroutines", r.Variant)
+		assert.GreaterOrEqual(t, r.HandoffP99Us, r.HandoffP50Us, r.Variant)
+		assert.GreaterOrEqual(t, r.Fairness, 0.0, r.Variant)
+		assert.LessOrEqual(t, r.Fairness, 1.0, r.Variant)
+		assert.GreaterOrEqual(t, r.Rounds, r.Acquired, r.Variant)
+		assert.LessOrEqual(t, r.SplitRounds, r.LostRounds, r.Variant)
+		assert.InDelta(t, splitPct(r), r.SplitPct, 1e-9, r.Variant)
+		assert.Equal(t, r.Attempts, r.Acquired+r.Contended+r.Unavailable+r.Errors, r.Variant)
+		assert.Positive(t, r.AllocsPerOp, "%s: the workers' allocations count", r.Variant)
+	}
+	assert.ElementsMatch(t, []string{"redlock 2 procs", "redlock fair 2 procs"}, procs)
+
+	// -n splits each slice's attempts among the workers: the row makes them all.
+	rep = runJSON(t, "-scenario", "contended", "-procs", "2", "-n", "30", "-c", "3", "-rounds", "2", "-node-timeout", "500ms", "-ttl", "2s")
+	for _, r := range rep.Results {
+		assert.Equal(t, int64(30), r.Attempts, r.Variant)
+		assert.Zero(t, r.Violations, r.Variant)
+	}
+
+	// A lease shorter than the hold runs out under its holder: the next
+	// holder, in another process, begins while it holds on, and the merged
+	// log must see it.
+	rep = runJSON(t, "-scenario", "contended", "-procs", "2", "-d", "600ms", "-c", "2", "-rounds", "1",
+		"-ttl", "100ms", "-hold", "150ms")
+	for _, r := range rep.Results {
+		if strings.HasSuffix(r.Variant, " 2 procs") {
+			assert.Positive(t, r.Violations, "%s: overlapping sections across processes went unseen", r.Variant)
+		}
+	}
+}
+
+// splitPct is what a row's split_pct must be: split over lost rounds.
+func splitPct(r report.Row) float64 {
+	if r.LostRounds == 0 {
+		return 0
+	}
+	return 100 * float64(r.SplitRounds) / float64(r.LostRounds)
+}
+
+// TestContendedProcsAddrs: workers reach -addrs servers as the run does,
+// through the addresses it was given, with the fence counter.
+func TestContendedProcsAddrs(t *testing.T) {
+	servers := redistest.StartN(t, 5, redisserver.Options{})
+	var addrs []string
+	for _, s := range servers[:3] {
+		addrs = append(addrs, "redis://"+s.Addr())
+	}
+	rep := runJSON(t, "-addrs", strings.Join(addrs, ","), "-single-addr", servers[3].Addr(), "-fence-addr", servers[4].Addr(),
+		"-fence", "-masters", "3", "-scenario", "contended", "-procs", "2", "-d", "200ms", "-c", "2", "-rounds", "1",
+		"-ttl", "2s", "-node-timeout", "500ms")
+	var procs int
+	for _, r := range rep.Results {
+		if !strings.HasSuffix(r.Variant, " 2 procs") {
+			continue
+		}
+		procs++
+		assert.True(t, r.Fence)
+		assert.Positive(t, r.Acquired, r.Variant)
+		assert.Zero(t, r.Errors, "%s: %s", r.Variant, r.FirstError)
+		assert.Zero(t, r.Violations, r.Variant)
+	}
+	assert.Equal(t, 2, procs)
+	for _, s := range servers {
+		keys, err := redistest.Client(t, s.Addr()).Keys(context.Background(), "*redlock-bench-*").Result()
+		require.NoError(t, err)
+		assert.Empty(t, keys, "the run left keys on %s", s.Addr())
+	}
 }
 
 // TestUncontendedRowsCarryNoContendedFigures: the new columns are the
@@ -245,6 +363,7 @@ func TestUncontendedRowsCarryNoContendedFigures(t *testing.T) {
 		assert.Zero(t, r.HandoffP50Us)
 		assert.Zero(t, r.Fairness)
 		assert.Zero(t, r.Violations)
+		assert.Zero(t, r.Rounds)
 		assert.Positive(t, r.Acquired)
 	}
 }

@@ -93,7 +93,20 @@
 //     shares one client among the goroutines; with -clients N, two more,
 //     "redlock N clients" and "redlock fair N clients", give goroutine i
 //     client i mod N, each with connections of its own, as separate
-//     processes would have: nothing is passed in-process there.
+//     processes would have: nothing is passed in-process there. A third,
+//     "redsync N clients" (mode redsync, driver go-redis), is the baseline
+//     of github.com/go-redsync/redsync/v4: goroutine i locks through
+//     redsync over the go-redis clients of group i mod N, a NewMutex and
+//     LockContext per section with redsync's defaults (retry delay 50-250
+//     ms at random, a try timeout of 5% of the TTL) but enough tries that
+//     the wait bound, not the count of tries, ends a wait. With -procs N
+//     (at most 64), "redlock N procs" and "redlock fair N procs" run the
+//     goroutines in N worker processes, this program started again
+//     (goroutine i in process i mod N; fewer processes when -c is lower),
+//     each goroutine with a client of its own. Each worker reports every
+//     slice's counts, histograms and sections (wall-clock times) to the
+//     run on its stdout, which merges them into the row; -n splits each
+//     slice's attempts among the workers by their goroutines.
 //
 // The rows of a scenario are measured in -rounds slices that alternate
 // (A, B, A, B ...) so that drift in the machine's speed hits every row alike.
@@ -106,7 +119,12 @@
 // the sections that began before the end. An in-process check counts
 // violations: each resource has a holder counter, raised when Lock returns
 // and lowered before Unlock, and a section that finds it above zero is one.
-// There the acquire_* columns are Lock's latency, over every call.
+// There the acquire_* columns are Lock's latency, over every call. In the
+// -procs rows no counter sees every holder: the sections of all workers,
+// each from Lock returning to Unlock being called, are ordered by the wall
+// clock, and a section that began before an earlier one ended is a
+// violation; their allocs_per_op and cpu_seconds add the workers' to the
+// run's own.
 //
 // # Chaos
 //
@@ -148,7 +166,7 @@
 // servers_in_process, servers, config and a results array of rows; -o csv
 // prints one header line and one line per row. The row fields (JSON keys and CSV columns, in order):
 //
-//	mode             redlock, raw (-raw) or single
+//	mode             redlock, raw (-raw), single or redsync (-clients)
 //	variant          names the row in its scenario: single, redlock,
 //	                   delay_ms=0, delay_ms=30, healthy, dead=2, masters=5,
 //	                   redlock fair, redlock poll
@@ -180,9 +198,11 @@
 //	ratio_of         the row this row's p50 is compared with ("" for none)
 //	ratio_p50        acquire_p50_us over that row's
 //	sections_per_sec contended: sections begun per second of the slices
-//	handoff_p50_us   contended: from an Unlock returning to the next
-//	handoff_p99_us     holder's Lock returning, when that holder is
-//	                   another goroutine (a Lock that returned first: 0)
+//	handoff_p50_us   contended: from the holder calling Unlock to the
+//	handoff_p99_us     next holder's Lock returning, when that holder is
+//	                   another goroutine: the lock's idle gap between
+//	                   sections (a release hands the lock on before its
+//	                   Unlock returns)
 //	wait_p99_us      contended: Lock called -> won, won calls only
 //	fairness         contended: fewest sections of a goroutine over the
 //	                   most (1 equal turns, 0 a goroutine had none)
@@ -190,6 +210,15 @@
 //	                   goroutine held the resource; must be 0
 //	driver           the Redis client of the row: go-redis,
 //	                   go-redis-pipelined, rueidis or valkey-go
+//	rounds           contended: acquisition attempts of the row's clients,
+//	                   as their Attempted hook hears of them (Lock's
+//	                   retries, and handoffs to a waiter, included)
+//	lost_rounds      contended: of those, lost to another holder
+//	                   (ErrNotAcquired)
+//	split_rounds     contended: of those, lost with some masters won but
+//	                   no majority: the votes split (ErrVotesSplit)
+//	split_pct        contended: split_rounds over lost_rounds, in percent
+//	                   (the text table's "split %"; "-" when none was lost)
 //
 // allocs_per_op and cpu_seconds count the whole process: with the embedded
 // backend they include the in-process servers, most of the count, so the

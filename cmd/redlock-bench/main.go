@@ -8,12 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
 )
 
 func main() {
-	// The chaos subcommand's workers are this program started again.
+	// The chaos subcommand's workers, and those of the contended scenario's
+	// -procs rows, are this program started again.
 	chaos.MaybeWorker()
+	benchrun.MaybeWorker()
 	// go-redis logs every failed dial to stderr; the dead scenario dials
 	// dead masters on purpose, and errors reach the report anyway.
 	redis.SetLogger(silent{})

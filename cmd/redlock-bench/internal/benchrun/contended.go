@@ -2,12 +2,14 @@ package benchrun
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
+	"quorumlock.dev/redlock"
 )
 
 // guard is the run's own view of one resource in the contended scenario: how
@@ -23,7 +25,14 @@ type guard struct {
 type section struct {
 	worker   int
 	acquired time.Time // Lock returned
-	released time.Time // Unlock returned; zero when it failed
+	released time.Time // Unlock called; zero while it is held
+	failed   bool      // Unlock returned an error: where the lock went is unknown
+}
+
+// unlocker is a held lock as the contended loop releases it: a
+// *redlock.Lock, or a redsync mutex in the redsync rows.
+type unlocker interface {
+	Unlock(ctx context.Context) error
 }
 
 // begin records a section that began at acquired and returns its index. The
@@ -36,24 +45,66 @@ func (g *guard) begin(worker int, acquired time.Time) int {
 	return len(g.sections) - 1
 }
 
-func (g *guard) end(i int, released time.Time) {
+func (g *guard) end(i int, released time.Time, failed bool) {
 	g.mu.Lock()
-	g.sections[i].released = released
+	g.sections[i].released, g.sections[i].failed = released, failed
 	g.mu.Unlock()
 }
 
-// handoffs calls record with the time from each release to the next section's
-// acquisition, where the next holder is another goroutine; a goroutine that
-// takes the lock back is no handoff. A waiter whose Lock returned before the
-// releaser's Unlock did counts as 0.
+// handoffs calls record with the time from each release (Unlock called) to
+// the next section's acquisition (Lock returned), where the next holder is
+// another goroutine; a goroutine that takes the lock back is no handoff. A
+// release that failed leaves its handoff unknown, and out.
 func handoffs(sections []section, record func(time.Duration)) {
 	for k := 1; k < len(sections); k++ {
 		prev, next := sections[k-1], sections[k]
-		if prev.worker == next.worker || prev.released.IsZero() {
+		if prev.worker == next.worker || prev.failed || prev.released.IsZero() {
 			continue
 		}
 		record(max(next.acquired.Sub(prev.released), 0))
 	}
+}
+
+// overlaps counts the sections of a log in order of acquisition that began
+// before an earlier one was released: the violations of sections logged in
+// several processes, where no counter in memory sees them all. A section
+// that is still held, or whose Unlock failed, counts as held until its
+// Unlock was called.
+func overlaps(sections []section) int64 {
+	var n int64
+	var held time.Time // the latest release of the sections so far
+	for k, s := range sections {
+		if k > 0 && s.acquired.Before(held) {
+			n++
+		}
+		if s.released.After(held) {
+			held = s.released
+		}
+	}
+	return n
+}
+
+// rounds counts a contended row's acquisition attempts as its clients'
+// Attempted hook hears of them: all of them (Lock's retries and handoffs
+// included), those lost to another holder, and of those the ones whose votes
+// split: some masters won, no majority.
+type rounds struct{ all, lost, split atomic.Int64 }
+
+func (r *rounds) attempted(_, _ time.Duration, err error) {
+	r.all.Add(1)
+	if errors.Is(err, redlock.ErrNotAcquired) {
+		r.lost.Add(1)
+		if errors.Is(err, redlock.ErrVotesSplit) {
+			r.split.Add(1)
+		}
+	}
+}
+
+// collect moves what r counted into t.
+func (r *rounds) collect(t *tally) {
+	t.rounds += r.all.Swap(0)
+	t.lostRounds += r.lost.Swap(0)
+	t.splitRounds += r.split.Swap(0)
 }
 
 // fairness is the fewest sections a goroutine completed over the most: 1
@@ -90,6 +141,10 @@ func contendedFigures(r *report.Row, t *tally) {
 	}
 	r.Fairness = fairness(t.sections)
 	r.Violations = t.violations
+	r.Rounds, r.LostRounds, r.SplitRounds = t.rounds, t.lostRounds, t.splitRounds
+	if t.lostRounds > 0 {
+		r.SplitPct = 100 * float64(t.splitRounds) / float64(t.lostRounds)
+	}
 }
 
 // waitBound is how long one Lock call of the contended scenario may wait.
@@ -110,16 +165,23 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 		g := v.guards[k]
 		start := time.Now()
 		lctx, cancel := context.WithTimeout(ctx, waitBound(cfg.TTL))
-		c := v.client
-		if len(v.clients) > 0 {
-			c = v.clients[w.id%len(v.clients)]
+		var l unlocker
+		var err error
+		switch {
+		case v.redsync != nil:
+			l, err = v.redsync[w.id].lock(lctx, v.resources[k], cfg.TTL)
+		case len(v.clients) > 0:
+			l, err = v.clients[w.id%len(v.clients)].Lock(lctx, v.resources[k], cfg.TTL)
+		default:
+			l, err = v.client.Lock(lctx, v.resources[k], cfg.TTL)
 		}
-		l, err := c.Lock(lctx, v.resources[k], cfg.TTL)
 		won := time.Now()
 		cancel()
 		w.record(won.Sub(start), bar)
 		if err != nil {
-			if !w.failed(ctx, err, invalid) {
+			if v.redsync != nil && ctx.Err() == nil && redsyncLost(err) {
+				w.contended++
+			} else if !w.failed(ctx, err, invalid) {
 				return
 			}
 			continue
@@ -136,16 +198,17 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 			time.Sleep(cfg.Hold)
 		}
 		// Let go in our books before the masters do, so the next holder
-		// never counts us.
+		// never counts us. The section ends when Unlock is called: a release
+		// hands the lock to the next waiter before Unlock returns.
 		g.holders.Add(-1)
+		unlocking := time.Now()
 		err = l.Unlock(ctx)
-		released := time.Now()
+		g.end(i, unlocking, err != nil)
 		if err != nil {
 			w.errored(err)
 			continue
 		}
-		g.end(i, released)
-		_ = w.cycle.RecordValue(micros(released.Sub(start)))
+		_ = w.cycle.RecordValue(micros(time.Since(start)))
 		w.acquired++
 	}
 }

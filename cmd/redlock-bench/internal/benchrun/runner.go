@@ -2,7 +2,8 @@
 // mode: it opens a backend, builds each scenario's variants and measures them
 // in alternating slices into a [report.Report]. The uncontended scenarios
 // make one TryLock attempt per cycle; the contended one calls Lock, which
-// waits. It writes nothing itself.
+// waits, and its -procs rows run in worker processes ([MaybeWorker]). It
+// writes nothing itself.
 package benchrun
 
 import (
@@ -19,6 +20,9 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/backend"
 	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
@@ -57,6 +61,7 @@ type Config struct {
 	Dead        int           // dead scenario
 	Rounds      int           // each row is measured in this many slices, alternating with the other rows of its group
 	Clients     int           // contended scenario: also rows where the goroutines share this many clients (goroutine i uses client i mod Clients), as separate processes would have; 0 for none
+	Procs       int           // contended scenario: also rows where the goroutines run in this many worker processes (goroutine i in process i mod Procs), each with a client of its own; 0 for none
 	Drivers     []string      // the Redis clients of drivers.Names, each a dimension of every variant; none means drivers.Default
 	Raw         bool          // healthy scenario: also the raw quorum loop (rawLoop) per driver
 	Progress    io.Writer     // where to draw a progress bar; nil for none
@@ -92,6 +97,10 @@ func (c *Config) Validate() error {
 		return bad("clients %d outside 0..4096", c.Clients)
 	case c.Clients > 0 && c.Scenario != "contended":
 		return bad("-clients applies to the contended scenario only")
+	case c.Procs < 0 || c.Procs > 64:
+		return bad("procs %d outside 0..64", c.Procs)
+	case c.Procs > 0 && c.Scenario != "contended":
+		return bad("-procs applies to the contended scenario only")
 	case c.Raw && c.Scenario != "healthy":
 		return bad("the raw quorum loop (-raw) applies to the healthy scenario only")
 	case c.Scenario == "slow" && c.Delay <= 0:
@@ -120,8 +129,11 @@ type variant struct {
 	client    *redlock.Client
 	clients   []*redlock.Client // when not nil: goroutine i uses clients[i mod len] (client is clients[0])
 	resources []string
-	guards    []*guard // one per resource in the contended scenario, else nil
-	raw       *rawLoop // the raw quorum loop instead of client, when not nil
+	guards    []*guard         // one per resource in the contended scenario, else nil
+	rounds    *rounds          // its clients' attempts, in the contended scenario, else nil
+	redsync   []*redsyncLocker // a redsync row's: goroutine i's, instead of client
+	procs     *procRow         // a -procs row's worker processes, instead of client
+	raw       *rawLoop         // the raw quorum loop instead of client, when not nil
 }
 
 // Run opens the backend, measures every variant of the scenario at every
@@ -165,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if cfg.Cycles > 0 {
 		rep.Config.DurationS = 0
 	}
-	s := &setup{cfg: cfg, env: env, sets: map[string]*drivers.Set{}}
+	s := &setup{cfg: cfg, env: env, options: env.ClientOptions, fence: env.Fence, sets: map[string]*drivers.Set{}}
 	defer s.close()
 	variants, err := s.variants()
 	if err != nil {
@@ -188,15 +200,21 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 // setup builds the variants of a scenario and owns what they need.
 type setup struct {
 	cfg     Config
-	env     *backend.Env
-	sets    map[string]*drivers.Set // by driver name
+	env     *backend.Env                     // nil in a -procs worker, which makes no variants
+	options func(addr string) *redis.Options // how to reach a server: env.ClientOptions, or a worker's
+	fence   string                           // the fence counter's address
+	sets    map[string]*drivers.Set          // by driver name
 	locks   []*redlock.Client
 	proxies []*faultproxy.Proxy
+	redsync []*redis.Client // the redsync rows'
 }
 
 func (s *setup) close() {
 	for _, c := range s.locks {
 		_ = c.Close() // its subscriptions, before the connections they use
+	}
+	for _, c := range s.redsync {
+		_ = c.Close()
 	}
 	for _, set := range s.sets {
 		set.Close()
@@ -219,7 +237,7 @@ func (s *setup) conn(d, addr string) (driver.Conn, error) {
 		s.sets[d] = set
 	}
 	// The user, password and TLS of an addrs server.
-	return set.Conn(s.env.ClientOptions(addr), 2*slices.Max(s.cfg.Concurrency)+10)
+	return set.Conn(s.options(addr), 2*slices.Max(s.cfg.Concurrency)+10)
 }
 
 func (s *setup) conns(d string, addrs []string) ([]driver.Conn, error) {
@@ -237,8 +255,8 @@ func (s *setup) conns(d string, addrs []string) ([]driver.Conn, error) {
 // lockClient is a client over addrs through driver d. fair queues waiters
 // (WithFairness); poll hides the masters' Subscribe, so that a waiter
 // sleeps the retry delay as Lock did before its release was pushed to
-// waiters.
-func (s *setup) lockClient(d string, addrs []string, fair, poll bool) (*redlock.Client, error) {
+// waiters. Its attempts are counted in counted, unless that is nil.
+func (s *setup) lockClient(d string, addrs []string, fair, poll bool, counted *rounds) (*redlock.Client, error) {
 	masters, err := s.conns(d, addrs)
 	if err != nil {
 		return nil, err
@@ -254,8 +272,11 @@ func (s *setup) lockClient(d string, addrs []string, fair, poll bool) (*redlock.
 		// of 4 node timeouts is longer.
 		opts = append(opts, redlock.WithFairness(max(time.Second, 4*s.cfg.NodeTimeout)))
 	}
+	if counted != nil {
+		opts = append(opts, redlock.WithHooks(redlock.Hooks{Attempted: counted.attempted}))
+	}
 	if s.cfg.Fence {
-		fc, err := s.conn(d, s.env.Fence)
+		fc, err := s.conn(d, s.fence)
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +335,13 @@ func (s *setup) variants() ([]*variant, error) {
 			if k := cfg.Clients; k > 0 {
 				specs = append(specs,
 					spec{mode: "redlock", label: fmt.Sprintf("redlock %d clients", k), addrs: env.Masters[:n], clients: k},
-					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k})
+					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d clients", k), addrs: env.Masters[:n], fair: true, clients: k},
+					spec{mode: "redsync", label: fmt.Sprintf("redsync %d clients", k), addrs: env.Masters[:n], clients: k, redsync: true})
+			}
+			if p := cfg.Procs; p > 0 {
+				specs = append(specs,
+					spec{mode: "redlock", label: fmt.Sprintf("redlock %d procs", p), addrs: env.Masters[:n], procs: p},
+					spec{mode: "redlock", label: fmt.Sprintf("redlock fair %d procs", p), addrs: env.Masters[:n], fair: true, procs: p})
 			}
 		}
 	case "slow":
@@ -357,10 +384,15 @@ func (s *setup) variants() ([]*variant, error) {
 	}
 
 	// Every variant once per driver, the drivers' rows of one variant side
-	// by side; all of them alternate in measure's slices.
+	// by side; all of them alternate in measure's slices. redsync has a
+	// driver of its own: its go-redis adapter.
 	var variants []*variant
 	for _, sp := range specs {
-		for _, d := range cfg.Drivers {
+		ds := cfg.Drivers
+		if sp.redsync {
+			ds = []string{drivers.GoRedis}
+		}
+		for _, d := range ds {
 			v, err := s.variant(base, d, sp)
 			if err != nil {
 				return nil, err
@@ -389,7 +421,9 @@ type spec struct {
 	delay                time.Duration
 	dead                 int
 	fair, poll, raw      bool
-	clients              int // separate clients; 0: one shared
+	clients              int  // separate clients; 0: one shared
+	redsync              bool // redsync instead of redlock, over clients separate go-redis clients
+	procs                int  // worker processes, each goroutine with a client of its own; 0: none
 }
 
 // variant makes sp through driver d, with clients of its own.
@@ -398,6 +432,9 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 	row.Mode, row.Variant, row.Masters, row.DelayMs, row.Dead = sp.mode, sp.label, len(sp.addrs), report.Milliseconds(sp.delay), sp.dead
 	row.Driver = d
 	v := &variant{row: row, label: sp.label, ratioTo: sp.ratioTo, resources: make([]string, s.cfg.Keys)}
+	if s.cfg.Scenario == "contended" {
+		v.rounds = &rounds{}
+	}
 	if sp.raw {
 		conns, err := s.conns(d, sp.addrs)
 		if err != nil {
@@ -406,7 +443,15 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		v.raw = &rawLoop{masters: conns, nodeTimeout: s.cfg.NodeTimeout}
 		return v, nil
 	}
-	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+	if sp.redsync {
+		v.redsync = s.redsyncLockers(sp.addrs, sp.clients, v.rounds)
+		return v, nil
+	}
+	if sp.procs > 0 {
+		v.procs = s.procRow(d, sp)
+		return v, nil
+	}
+	client, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +461,7 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		// masters, and nothing can be passed in-process.
 		v.clients = []*redlock.Client{client}
 		for range sp.clients - 1 {
-			c, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll)
+			c, err := s.lockClient(d, sp.addrs, sp.fair, sp.poll, v.rounds)
 			if err != nil {
 				return nil, err
 			}
@@ -424,6 +469,27 @@ func (s *setup) variant(base report.Row, d string, sp spec) (*variant, error) {
 		}
 	}
 	return v, nil
+}
+
+// redsyncLockers are one redsync per goroutine of the highest concurrency:
+// goroutine i over the go-redis clients of group i mod groups, one per
+// master, as separate processes would have.
+func (s *setup) redsyncLockers(addrs []string, groups int, counted *rounds) []*redsyncLocker {
+	pools := make([][]redsyncredis.Pool, groups)
+	for g := range pools {
+		for _, a := range addrs {
+			o := s.options(a)
+			o.PoolSize = 2*slices.Max(s.cfg.Concurrency) + 10 // as conn sizes go-redis's pool
+			c := redis.NewClient(o)
+			s.redsync = append(s.redsync, c)
+			pools[g] = append(pools[g], redsyncgoredis.NewPool(c))
+		}
+	}
+	lockers := make([]*redsyncLocker, slices.Max(s.cfg.Concurrency))
+	for i := range lockers {
+		lockers[i] = newRedsyncLocker(pools[i%groups], counted)
+	}
+	return lockers
 }
 
 // newBar draws progress in attempts when rows are counted, else in time.
@@ -445,11 +511,13 @@ type tally struct {
 	cpu                                              time.Duration
 
 	// The contended scenario's: Lock's waits when it won, the handoffs
-	// between goroutines, overlapping sections, and sections per goroutine.
-	wait, handoff *hdrhistogram.Histogram
-	violations    int64
-	sections      []int64 // per goroutine, begun within the slices
-	window        float64 // seconds of the slices, without what ran on past their end
+	// between goroutines, overlapping sections, sections per goroutine, and
+	// the clients' attempts (see rounds).
+	wait, handoff                   *hdrhistogram.Histogram
+	violations                      int64
+	sections                        []int64 // per goroutine, begun within the slices
+	window                          float64 // seconds of the slices, without what ran on past their end
+	rounds, lostRounds, splitRounds int64
 }
 
 func newHistogram() *hdrhistogram.Histogram {
@@ -461,22 +529,26 @@ func newHistogram() *hdrhistogram.Histogram {
 // alternate between the variants (A, B, A, B ...), so that drift in the
 // machine's speed hits all of them alike.
 func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *progress.Bar) ([]report.Row, error) {
+	// Only the contended scenario's: the uncontended rows' heap (and so
+	// their GC) stays what it was.
+	contended := cfg.Scenario == "contended"
 	tallies := make([]*tally, len(variants))
 	for i := range tallies {
-		tallies[i] = &tally{acquire: newHistogram(), cycle: newHistogram()}
+		tallies[i] = newTally(contended, c)
 	}
-	workers := make([]*worker, c)
-	for i := range workers {
-		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
-	}
-	if cfg.Scenario == "contended" {
-		// Only here: the uncontended rows' heap (and so their GC) stays
-		// what it was.
-		for _, t := range tallies {
-			t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+	workers := newWorkers(contended, c)
+	fleets := make([]*fleet, len(variants)) // the -procs rows' processes, for this concurrency
+	defer func() {
+		for _, f := range fleets {
+			f.close()
 		}
-		for _, w := range workers {
-			w.wait = newHistogram()
+	}()
+	for i, v := range variants {
+		if v.procs != nil {
+			var err error
+			if fleets[i], err = startFleet(ctx, v, c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for round := range cfg.Rounds {
@@ -489,7 +561,7 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 					budget++
 				}
 			}
-			if err := runSlice(ctx, cfg, v, workers, tallies[i], slice, budget, bar); err != nil {
+			if err := runSlice(ctx, cfg, v, workers, fleets[i], tallies[i], slice, budget, bar); err != nil {
 				return nil, err
 			}
 		}
@@ -554,12 +626,77 @@ type worker struct {
 	violations, sections                             int64                   // contended only
 }
 
-func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
+// newTally is an empty tally; a contended one for c goroutines.
+func newTally(contended bool, c int) *tally {
+	t := &tally{acquire: newHistogram(), cycle: newHistogram()}
+	if contended {
+		t.wait, t.handoff, t.sections = newHistogram(), newHistogram(), make([]int64, c)
+	}
+	return t
+}
+
+// newWorkers are the c goroutines of a slice, numbered from 0.
+func newWorkers(contended bool, c int) []*worker {
+	workers := make([]*worker, c)
+	for i := range workers {
+		workers[i] = &worker{id: i, acquire: newHistogram(), cycle: newHistogram()}
+		if contended {
+			workers[i].wait = newHistogram()
+		}
+	}
+	return workers
+}
+
+// runSlice measures v for d (or budget attempts), in this process's
+// workers or, for a -procs row, in f's processes, into t.
+func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, f *fleet, t *tally, d time.Duration, budget int64, bar *progress.Bar) error {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	cpuBefore := cpuTime()
 	start := time.Now()
 	end := start.Add(d)
+	if f != nil {
+		if err := f.slice(ctx, end, budget, t, v.guards, bar); err != nil {
+			return err
+		}
+	} else if err := runWorkers(ctx, cfg, v, workers, start, end, budget, bar); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpuBefore
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+
+	t.seconds += elapsed.Seconds()
+	if budget > 0 {
+		t.window += elapsed.Seconds()
+	} else {
+		t.window += d.Seconds()
+	}
+	t.cpu += cpu
+	t.mallocs += after.Mallocs - before.Mallocs
+	if f == nil {
+		collect(t, workers)
+	}
+	for _, g := range v.guards {
+		if f != nil {
+			// Logged by several processes: the wall clock orders the
+			// sections, and says which overlapped.
+			slices.SortFunc(g.sections, func(a, b section) int { return a.acquired.Compare(b.acquired) })
+			t.violations += overlaps(g.sections)
+		}
+		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
+		g.sections = g.sections[:0]
+	}
+	if v.rounds != nil {
+		v.rounds.collect(t)
+	}
+	return ctx.Err()
+}
+
+// runWorkers runs v's loop in every worker from start until end (or budget
+// attempts) and waits for them.
+func runWorkers(ctx context.Context, cfg Config, v *variant, workers []*worker, start, end time.Time, budget int64, bar *progress.Bar) error {
 	var left atomic.Int64
 	left.Store(budget)
 	var invalid atomic.Pointer[error] // the library refused the run's settings
@@ -584,19 +721,11 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		// Not an outcome to count: no attempt with these settings can succeed.
 		return fmt.Errorf("benchrun: %w", *err)
 	}
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpuBefore
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
+	return nil
+}
 
-	t.seconds += elapsed.Seconds()
-	if budget > 0 {
-		t.window += elapsed.Seconds()
-	} else {
-		t.window += d.Seconds()
-	}
-	t.cpu += cpu
-	t.mallocs += after.Mallocs - before.Mallocs
+// collect moves what the workers counted into t, and resets them.
+func collect(t *tally, workers []*worker) {
 	for _, w := range workers {
 		t.acquire.Merge(w.acquire)
 		t.cycle.Merge(w.cycle)
@@ -619,11 +748,6 @@ func runSlice(ctx context.Context, cfg Config, v *variant, workers []*worker, t 
 		}
 		w.attempts, w.acquired, w.contended, w.unavailable, w.errs, w.violations, w.sections = 0, 0, 0, 0, 0, 0, 0
 	}
-	for _, g := range v.guards {
-		handoffs(g.sections, func(d time.Duration) { _ = t.handoff.RecordValue(micros(d)) })
-		g.sections = g.sections[:0]
-	}
-	return ctx.Err()
 }
 
 func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time, counted bool, left *atomic.Int64, invalid *atomic.Pointer[error], bar *progress.Bar) {

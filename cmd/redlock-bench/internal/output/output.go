@@ -252,16 +252,25 @@ func writeUncontended(tw io.Writer, rows []report.Row, process string) {
 // writeContended prints the contended scenario's rows: its latencies are
 // Lock's waits for the others, so they get their own columns.
 func writeContended(tw io.Writer, rows []report.Row, process string) {
-	fmt.Fprintf(tw, "scenario\tvariant\tc\tkeys\tsections/s\tLock p50 µs\twait p99 µs\thandoff p50 µs\thandoff p99 µs\tfairness\tviolations\tacquired\tgave up\tunavailable\terrors\tallocs/op%s\tCPU s%s\n",
+	fmt.Fprintf(tw, "scenario\tvariant\tc\tkeys\tsections/s\tLock p50 µs\twait p99 µs\thandoff p50 µs\thandoff p99 µs\tfairness\tsplit %%\tviolations\tacquired\tgave up\tunavailable\terrors\tallocs/op%s\tCPU s%s\n",
 		process, process)
 	for i, label := range report.Labels(rows, false) {
 		row := rows[i]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%.2f\n",
 			row.Scenario, label, row.Concurrency, row.Keys, fmtRate(row.SectionsPerSec),
 			fmtMicros(row.AcquireP50Us), fmtMicros(row.WaitP99Us), fmtMicros(row.HandoffP50Us), fmtMicros(row.HandoffP99Us),
-			row.Fairness, row.Violations, row.Acquired, row.Contended, row.Unavailable, row.Errors,
+			row.Fairness, fmtSplit(row), row.Violations, row.Acquired, row.Contended, row.Unavailable, row.Errors,
 			row.AllocsPerOp, row.CPUSeconds)
 	}
+}
+
+// fmtSplit is a row's split rounds in percent of its lost rounds; "-" when
+// it lost none, and so has no share to show.
+func fmtSplit(row report.Row) string {
+	if row.LostRounds == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(row.SplitPct, 'f', 1, 64)
 }
 
 // fmtMicros rounds a latency to the digits that mean something: a tenth of a

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +46,24 @@ func TestWriteText(t *testing.T) {
 	assert.NotContains(t, rows[4], "30412.5", "a 30 ms latency needs no decimals")
 	assert.Contains(t, rows[5], "redlock 5m 2 dead")
 	assert.Contains(t, rows[0], "38.4")
+}
+
+// TestWriteTextContendedSplit: the contended table's split % is split over
+// lost rounds, and "-" for a row that lost none.
+func TestWriteTextContendedSplit(t *testing.T) {
+	rep := &report.Report{Config: report.ConfigEcho{Scenario: "contended"}, Results: []report.Row{
+		{Mode: "redlock", Variant: "redlock", Masters: 5, Scenario: "contended", Rounds: 900, LostRounds: 800, SplitRounds: 100, SplitPct: 12.5},
+		{Mode: "redlock", Variant: "redlock fair", Masters: 5, Scenario: "contended", Rounds: 300},
+	}}
+	var out bytes.Buffer
+	require.NoError(t, output.Write(&out, rep, "text"))
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 3)
+	cells := func(line string) []string { return regexp.MustCompile(` {2,}`).Split(line, -1) }
+	col := slices.Index(cells(lines[len(lines)-3]), "split %")
+	require.NotEqual(t, -1, col, lines[len(lines)-3])
+	assert.Equal(t, "12.5", cells(lines[len(lines)-2])[col])
+	assert.Equal(t, "-", cells(lines[len(lines)-1])[col])
 }
 
 // TestWriteTextFirstError: a row that counted errors says the first one

@@ -54,7 +54,7 @@ type ConfigEcho struct {
 // Row is one measured variant at one concurrency: flat, so that CSV and JSON
 // carry the same fields. Latencies are in microseconds.
 type Row struct {
-	Mode        string  `json:"mode"`     // redlock, raw (the raw quorum loop) or single
+	Mode        string  `json:"mode"`     // redlock, raw (the raw quorum loop), single or redsync (the contended baseline)
 	Variant     string  `json:"variant"`  // names the row within its scenario; ratio_of refers to it
 	Masters     int     `json:"masters"`  // masters of this variant (1 for single)
 	Scenario    string  `json:"scenario"` // healthy, slow, dead, scale, contended
@@ -94,15 +94,25 @@ type Row struct {
 	// The contended scenario's figures (zero in every other row): each
 	// goroutine calls Lock, which waits, holds the lock and releases it.
 	SectionsPerSec float64 `json:"sections_per_sec"` // critical sections completed per second
-	HandoffP50Us   float64 `json:"handoff_p50_us"`   // a release returned -> another goroutine's Lock returned
+	HandoffP50Us   float64 `json:"handoff_p50_us"`   // Unlock called -> another goroutine's Lock returned
 	HandoffP99Us   float64 `json:"handoff_p99_us"`
 	WaitP99Us      float64 `json:"wait_p99_us"` // Lock called -> won, won calls only
 	Fairness       float64 `json:"fairness"`    // fewest sections of a goroutine over the most
 	Violations     int64   `json:"violations"`  // sections that began while another goroutine held the resource
 
 	// Driver is the Redis client the row's masters were reached through (redlock-bench
-	// -driver); last, so that the CSV columns before it keep their places.
+	// -driver); after it, so that the CSV columns before it keep their places, the fields
+	// added since.
 	Driver string `json:"driver"`
+
+	// The contended scenario's acquisition attempts (rounds), as the clients' Attempted
+	// hook counts them: every one (Lock's retries and handoffs included), those lost to
+	// another holder (ErrNotAcquired), and of those the ones whose votes split: some
+	// masters won but no majority (ErrVotesSplit). SplitPct is split over lost, in percent.
+	Rounds      int64   `json:"rounds"`
+	LostRounds  int64   `json:"lost_rounds"`
+	SplitRounds int64   `json:"split_rounds"`
+	SplitPct    float64 `json:"split_pct"`
 }
 
 // DefaultDriver is the driver of a run that names none; a table names a row's driver only
