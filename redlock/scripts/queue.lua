@@ -60,9 +60,12 @@ local function expire_entries(q, e, h, now)
   end
 end
 
--- handoff_channel(key, head): where a release that hands key to waiter head publishes: the channel
--- of head's client (its tag: characters 15-22 of the id) for that key, so that one client's
--- subscriptions receive it, not every client's that waits on the key (push.HandoffChannel).
+-- handoff_channel(key, head): where a release that hands key to waiter head with its claim
+-- publishes: the channel of head's client (its tag: characters 15-22 of the id) for that key, so
+-- that one client's subscriptions receive it, not every client's that waits on the key
+-- (push.HandoffChannel). A reservation is published on the key's channel, as a plain release is:
+-- a waiter of a client without fairness that sleeps on the released token wakes and reads the
+-- reservation's TTL, not the released key's.
 local function handoff_channel(key, head)
   return 'lockp:' .. string.sub(head, 15, 22) .. ':' .. key
 end
@@ -90,7 +93,7 @@ local function hand_to_head(key, from, q, e, h, now)
   end
   local last = redis.call('ZRANGE', e, -1, -1, 'WITHSCORES')
   redis.call('SET', key, 'q', 'PX', math.max(1, tonumber(last[2]) - now))
-  redis.call('PUBLISH', handoff_channel(key, head), from .. '/' .. head)
+  redis.call('PUBLISH', key, from .. '/' .. head)
   return true
 end
 

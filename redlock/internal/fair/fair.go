@@ -98,6 +98,25 @@ func (f *Line[L]) List(w *Waiter[L]) {
 	}
 }
 
+// keptViews is how many views of keys nobody of this client waits on are
+// kept: the next Lock call on such a key reads whether another client's
+// waiter was queued (Claims). A view predates every waiter that comes
+// later, so it covers none of them.
+const keptViews = 64
+
+// forget drops the views of keys with no waiter listed once there are
+// more than keptViews of them. f.mu is held.
+func (f *Line[L]) forget() {
+	if len(f.views) <= len(f.m)+keptViews {
+		return
+	}
+	for k := range f.views {
+		if _, ok := f.m[k]; !ok {
+			delete(f.views, k)
+		}
+	}
+}
+
 // Unlist takes w out of the line (took is the lock it returns with, or the
 // zero L) and returns a lock handed to it that it will not take, for the
 // caller to free.
@@ -109,7 +128,7 @@ func (f *Line[L]) Unlist(w *Waiter[L], took L) (left L) {
 		ws := slices.DeleteFunc(f.m[w.Key], func(o *Waiter[L]) bool { return o == w })
 		if len(ws) == 0 {
 			delete(f.m, w.Key)
-			delete(f.views, w.Key)
+			f.forget()
 		} else {
 			f.m[w.Key] = ws
 			if first {
@@ -233,15 +252,23 @@ func (f *Line[L]) nextInLine(w *Waiter[L], passing bool) {
 // Claims reports whether w's next attempt should claim the key on the
 // masters: w is the only waiter of this client listed on its key (none
 // other can be passed the lock in-process, so a release of another client
-// must reach it through the masters) and the last view of the key showed a
-// waiter of another client queued (whose release may be the one).
+// must reach it through the masters) and the last view of the key, within
+// claimsFor, showed a waiter of another client queued (whose release may be
+// the one). The view may be an earlier Lock call's: a client whose
+// goroutine takes turns with other processes' waits on the key again and
+// again, each call a new waiter.
 func (f *Line[L]) Claims(w *Waiter[L]) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ws := f.m[w.Key]
 	v, ok := f.views[w.Key]
-	return (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && ok && v.foreign != NoForeign
+	recent := ok && time.Now().UnixMicro()-v.at < claimsFor.Microseconds()
+	return (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && recent && v.foreign != NoForeign
 }
+
+// claimsFor is how long a view of another client's waiter queued on a key
+// has a waiter of ours claim it.
+const claimsFor = 2 * time.Second
 
 // WaitedOn reports whether waiters of this client are queued on key.
 func (f *Line[L]) WaitedOn(key string) bool {

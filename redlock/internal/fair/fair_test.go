@@ -177,3 +177,35 @@ func TestListedAloneIsNextInLine(t *testing.T) {
 	g.List(vs[0])
 	assert.Equal(t, []int{0}, vn)
 }
+
+// TestClaims: a waiter claims the key only when it is the only one of its
+// client listed on it and a recent view showed another client's waiter
+// queued; the view outlives the line, so the next Lock call on the key (a
+// new waiter) claims it too.
+func TestClaims(t *testing.T) {
+	var f Line[*lock]
+	now := time.Now().UnixMicro()
+	ws, _ := waiters(2, "k")
+	f.List(ws[0])
+	assert.False(t, f.Claims(ws[0]), "no view yet")
+	ws[0].started = now
+	f.Observe(ws[0], NoForeign)
+	assert.False(t, f.Claims(ws[0]), "no other client's waiter queued")
+	ws[0].started = now + 1
+	f.Observe(ws[0], now-5) // another client's waiter, queued earlier
+	assert.True(t, f.Claims(ws[0]))
+	f.List(ws[1])
+	assert.False(t, f.Claims(ws[0]), "another waiter of ours listed: a pass may reach it")
+	f.Unlist(ws[1], nil)
+	f.Unlist(ws[0], nil)
+
+	next := NewWaiter[*lock]("z", now+10, "k", time.Second, func() {})
+	assert.True(t, f.Claims(next), "the view was dropped with the line")
+
+	var g Line[*lock]
+	old := NewWaiter[*lock]("y", 1, "k", time.Second, func() {})
+	g.List(old)
+	old.started = now - claimsFor.Microseconds() - 1
+	g.Observe(old, 0)
+	assert.False(t, g.Claims(old), "a view older than claimsFor counted")
+}
