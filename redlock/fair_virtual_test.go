@@ -54,7 +54,11 @@ func TestFairOrderVirtual(t *testing.T) {
 		for want := 1; want <= 3; want++ {
 			w := <-wins
 			assert.Equal(t, want, w.who, "out of arrival order")
-			assert.Equal(t, released, w.at, "not handed over at the release")
+			// At the release's instant, or after the random pause of a
+			// wake-up that found the masters mid-release (a busy machine
+			// runs the release's calls in another order): never after a
+			// timer (the entry's refresh, 1 s; the TTL).
+			assert.WithinDuration(t, released, w.at, maxWakeBackoff, "not handed over at the release")
 			time.Sleep(10 * time.Millisecond)
 			released = time.Now()
 			require.NoError(t, w.l.Unlock(ctx))
