@@ -40,9 +40,9 @@ func BenchmarkContended(b *testing.B) {
 			var sent atomic.Int64 // requests to the masters, subscription commands included
 			for i, m := range masters {
 				if v.push {
-					masters[i] = requestCounter{m, &sent}
+					masters[i] = requestCounter{countingConn{m.(full), &sent}}
 				} else {
-					masters[i] = plainMaster{requestCounter{m, &sent}}
+					masters[i] = plainMaster{requestCounter{countingConn{m.(full), &sent}}}
 				}
 			}
 			const workers, hold, ttl = 8, time.Millisecond, 30 * time.Second
@@ -118,25 +118,13 @@ func BenchmarkContended(b *testing.B) {
 	}
 }
 
-// requestCounter counts the requests sent to a master, those of its
-// subscription connection included (SUBSCRIBE, UNSUBSCRIBE, PING).
-type requestCounter struct {
-	Master
-	n *atomic.Int64
-}
-
-func (m requestCounter) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
-	m.n.Add(1)
-	return m.Master.SetNX(ctx, key, value, ttl)
-}
-
-func (m requestCounter) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
-	m.n.Add(1)
-	return m.Master.Eval(ctx, script, keys, args...)
-}
+// requestCounter is countingConn (the lock commands) that counts the
+// requests of a master's subscription connection too (SUBSCRIBE,
+// UNSUBSCRIBE, PING).
+type requestCounter struct{ countingConn }
 
 func (m requestCounter) Subscribe(ctx context.Context) driver.Subscription {
-	return countingSubscription{m.Master.(driver.Subscriber).Subscribe(ctx), m.n}
+	return countingSubscription{m.full.Subscribe(ctx), m.n}
 }
 
 type countingSubscription struct {

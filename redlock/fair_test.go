@@ -216,6 +216,30 @@ func TestFairWaiterGivesUp(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 }
 
+// dead is the id of queueDead's waiter: the earliest stamp there is.
+const dead = "00000000000001" + "0000000000000000"
+
+// queueDead writes on every master the queue entry of a waiter that died,
+// ahead of every other, living entryTTL on each master's clock, with claim
+// ('<token> <ttl ms>') unless it is "". It returns the entry's deadline on
+// the last master.
+func queueDead(ctx context.Context, t *testing.T, admin []*redis.Client, res string, entryTTL time.Duration, claim string) time.Time {
+	t.Helper()
+	q, e, h, _ := queueKeys("lock:" + res)
+	var deadline time.Time
+	for _, a := range admin {
+		now, err := a.Time(ctx).Result()
+		require.NoError(t, err)
+		deadline = now.Add(entryTTL)
+		require.NoError(t, a.ZAdd(ctx, q, redis.Z{Score: 1, Member: dead}).Err())
+		require.NoError(t, a.ZAdd(ctx, e, redis.Z{Score: float64(deadline.UnixMilli()), Member: dead}).Err())
+		if claim != "" {
+			require.NoError(t, a.HSet(ctx, h, dead, claim).Err())
+		}
+	}
+	return deadline
+}
+
 // TestFairDeadWaiter: the entry of a waiter that died (written by hand, with
 // an earlier stamp) holds the queue until it expires, and no longer.
 func TestFairDeadWaiter(t *testing.T) {
@@ -227,17 +251,8 @@ func TestFairDeadWaiter(t *testing.T) {
 	defer cancel()
 
 	holder := heldFor(ctx, t, c, admin, res)
-	q, e, _, _ := queueKeys("lock:" + res)
-	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
-	var deadline time.Time
-	for _, a := range admin {
-		now, err := a.Time(ctx).Result()
-		require.NoError(t, err)
-		until := now.Add(entryTTL)
-		deadline = until
-		require.NoError(t, a.ZAdd(ctx, q, redis.Z{Score: 1, Member: dead}).Err())
-		require.NoError(t, a.ZAdd(ctx, e, redis.Z{Score: float64(until.UnixMilli()), Member: dead}).Err())
-	}
+	q, _, _, _ := queueKeys("lock:" + res)
+	deadline := queueDead(ctx, t, admin, res, entryTTL, "")
 	got := lockAsync(ctx, c, res, time.Minute)
 	queuedOn(t, admin, res, 2)
 	require.NoError(t, holder.Unlock(ctx))
@@ -273,15 +288,7 @@ func TestFairDeadHandedWaiter(t *testing.T) {
 	defer cancel()
 
 	holder := heldFor(ctx, t, c, admin, res)
-	q, e, h, _ := queueKeys("lock:" + res)
-	dead := "00000000000001" + "0000000000000000" // the earliest stamp there is
-	for _, a := range admin {
-		now, err := a.Time(ctx).Result()
-		require.NoError(t, err)
-		require.NoError(t, a.ZAdd(ctx, q, redis.Z{Score: 1, Member: dead}).Err())
-		require.NoError(t, a.ZAdd(ctx, e, redis.Z{Score: float64(now.Add(entryTTL).UnixMilli()), Member: dead}).Err())
-		require.NoError(t, a.HSet(ctx, h, dead, fmt.Sprintf("deadprefix.1 %d", claimTTL.Milliseconds())).Err())
-	}
+	queueDead(ctx, t, admin, res, entryTTL, fmt.Sprintf("deadprefix.1 %d", claimTTL.Milliseconds()))
 	got := lockAsync(ctx, c, res, time.Minute)
 	queuedOn(t, admin, res, 2)
 	released := time.Now()
