@@ -2,12 +2,9 @@ package redlock
 
 import (
 	"context"
-	crand "crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -85,7 +82,10 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		quorum:    quorum.Majority(len(masters)),
 		group:     quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
 		cfg:       cfg,
-		tag:       fmt.Sprintf("%08x", rand.Uint32()),
+	}
+	c.tag = fmt.Sprintf("%08x", randUint32(c.stream()))
+	if cfg.seamClock != nil {
+		c.clock = seamClock{cfg.seamClock}
 	}
 	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
 	seen := make(map[string]int, len(masters))
@@ -199,7 +199,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, &lockWait{c: c, resource: resource, ttl: ttl})
+	return c.wait(ctx, &lockWait{c: c, resource: resource, ttl: ttl, rnd: c.stream()})
 }
 
 // take makes a lock handed over by a release (see handoff.go) ours: its
@@ -251,7 +251,7 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // a queued waiter q, the fair lock script), the validity check, the fence.
 // On a loss it also returns the round, for the wait that follows.
 func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
-	return c.attemptLock(ctx, newLock(c, resource, newToken()), ttl, q)
+	return c.attemptLock(ctx, newLock(c, resource, c.newToken()), ttl, q)
 }
 
 // attemptLock is attempt for l's keys: one SET NX, or for several resources
@@ -521,13 +521,4 @@ func (c *Client) notAttempted(err error) error {
 		attempted(0, 0, err)
 	}
 	return err
-}
-
-// newToken returns 128 random bits in hex.
-func newToken() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	return string(h[:])
 }

@@ -91,12 +91,12 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 
 // enqueue makes the queued state of a Lock call on key for ttl, woken by
 // w. The queue's names are scripts/queue.lua's, derived on the masters.
-func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter) *queued {
+func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter, rnd *rand.Rand) *queued {
 	now := c.stamp()
-	id := fmt.Sprintf("%014x%s%08x", now, c.tag, rand.Uint32())
+	id := fmt.Sprintf("%014x%s%08x", now, c.tag, randUint32(rnd))
 	w.SetID(id, len(c.masters), c.quorum, push.HandoffChannel(key, c.tag))
 	wake := w.Wake()
-	prefix := newToken()
+	prefix := newToken(rnd)
 	q := &queued{
 		Waiter: fair.NewWaiter[*Lock](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
 		wake:   wake,
@@ -133,8 +133,8 @@ func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 	if c.cfg.fairTTL <= 0 || lw.multi != nil || !c.line.WaitedOn(key) {
 		return nil
 	}
-	lw.w = c.push.Join(key)
-	lw.q = c.enqueue(key, lw.ttl, lw.w)
+	lw.w = c.joinWait(key)
+	lw.q = c.enqueue(key, lw.ttl, lw.w, lw.rnd)
 	if c.cfg.hooks.Waiting != nil {
 		lw.waiting = true // before it can be seen listed
 		c.cfg.hooks.Waiting(1)
@@ -207,7 +207,7 @@ func (c *Client) readyQueued(ctx context.Context, w *push.Waiter) bool {
 // planQueued is plan for a queued waiter, from the replies of its attempt:
 // it sleeps until the key may be free for it, a release that names it the
 // head wakes it, and it wakes in time to refresh its entry.
-func (c *Client) planQueued(w *push.Waiter, round *quorum.Round, q *queued, poll time.Duration) time.Duration {
+func (c *Client) planQueued(w *push.Waiter, round *quorum.Round, q *queued, poll time.Duration, rnd *rand.Rand) time.Duration {
 	replies, foreigns := q.last.read()
 	answered, foreign := 0, int64(fair.NoForeign)
 	for i, r := range replies {
@@ -234,7 +234,7 @@ func (c *Client) planQueued(w *push.Waiter, round *quorum.Round, q *queued, poll
 	if !known {
 		return min(poll, refresh)
 	}
-	free += rand.N(wakeJitter)
+	free += randN(rnd, wakeJitter)
 	if !q.pushed {
 		free = min(free, poll)
 	}
@@ -345,4 +345,13 @@ func (lw *lockWait) takePushed(ctx context.Context) (l *Lock, err error, ok bool
 func refused(round *quorum.Round, i int) bool {
 	agreed, err, ok := round.Returned(i)
 	return ok && !agreed && err == nil
+}
+
+// joinWait registers a waiter on key's channel and, for a fair client, on
+// its handoff channel, which enqueue names: both go in one SUBSCRIBE.
+func (c *Client) joinWait(key string) *push.Waiter {
+	if c.cfg.fairTTL > 0 {
+		return c.push.JoinQueued(key, push.HandoffChannel(key, c.tag))
+	}
+	return c.push.Join(key)
 }

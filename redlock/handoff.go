@@ -129,7 +129,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	c := l.c
 	detached := context.WithoutCancel(ctx)
 	old := l.round
-	next := newLock(c, l.resource, newToken())
+	next := newLock(c, l.resource, c.newToken())
 	ttl := q.TTL
 	c.watcher.Issued(ttl)
 	who := make([]atomic.Int32, len(c.masters))

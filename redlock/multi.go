@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	_ "embed"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -16,7 +17,7 @@ import (
 // them together. An empty set, a duplicate, a bad resource, or resources a
 // Redis Cluster master would hash to different slots are [ErrInvalidArgument].
 func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Duration) (*Lock, error) {
-	l, err := c.newMulti(resources, ttl)
+	l, err := c.newMulti(resources, ttl, c.stream())
 	if err != nil {
 		return nil, err
 	}
@@ -31,14 +32,14 @@ func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Du
 // jitter of [WithRetry], until it wins, the attempts are spent or ctx ends.
 // It polls: the release of one resource does not wake it.
 func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Duration) (*Lock, error) {
-	if _, err := c.newMulti(resources, ttl); err != nil {
+	if _, err := c.newMulti(resources, ttl, nil); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, &lockWait{c: c, resource: strings.Join(resources, ","), multi: resources, ttl: ttl})
+	return c.wait(ctx, &lockWait{c: c, resource: strings.Join(resources, ","), multi: resources, ttl: ttl, rnd: c.stream()})
 }
 
 // newMulti checks resources and makes the Lock an attempt fills in.
-func (c *Client) newMulti(resources []string, ttl time.Duration) (*Lock, error) {
+func (c *Client) newMulti(resources []string, ttl time.Duration, rnd *rand.Rand) (*Lock, error) {
 	if len(resources) == 0 {
 		return nil, invalid("no resources")
 	}
@@ -55,7 +56,7 @@ func (c *Client) newMulti(resources []string, ttl time.Duration) (*Lock, error) 
 	if c.cluster && !sameHashTag(sorted) {
 		return nil, invalid("resources %q: a Redis Cluster master runs a script only on keys of one slot; give them one hash tag, e.g. {order:42}:sku:1", sorted)
 	}
-	l := newLock(c, sorted[0], newToken())
+	l := newLock(c, sorted[0], newToken(rnd))
 	if len(sorted) > 1 {
 		l.multi, l.fences = sorted, make([]uint64, len(sorted))
 		l.keys = make([]string, len(sorted))

@@ -9,6 +9,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/nilcheck"
+	"quorumlock.dev/internal/seam"
 )
 
 // Defaults of the options, stated in each option's doc.
@@ -43,6 +44,9 @@ type config struct {
 	clockInterval   time.Duration // 0: no clock monitor
 	clockQuarantine bool
 	guardInterval   time.Duration // the watcher's: the shorter of the two set; 0: no watcher
+	// The simulator's (package internal/seam): nil, the system's.
+	seamClock seam.Clock
+	rnd       seam.Rand
 }
 
 func defaults() config {

@@ -48,8 +48,9 @@ type lockWait struct {
 	handed   *Lock        // one it handed us, not taken yet
 	took     *Lock        // the lock this call returns
 	won      *quorum.Round
-	woken    int  // sleeps in a row that a release cut short (see afterWake)
-	probed   bool // the last attempt asked the probe master first, and lost there
+	woken    int        // sleeps in a row that a release cut short (see afterWake)
+	probed   bool       // the last attempt asked the probe master first, and lost there
+	rnd      *rand.Rand // the call's random stream (nil: the process's; see Client.stream)
 }
 
 // wait is the loop of Lock and LockAll: attempt (or take a lock handed
@@ -160,11 +161,11 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 	}
 	switch {
 	case lw.multi != nil:
-		l, _ = c.newMulti(lw.multi, lw.ttl) // checked by LockAll
+		l, _ = c.newMulti(lw.multi, lw.ttl, lw.rnd) // checked by LockAll
 	case q != nil:
 		l = newLock(c, lw.resource, q.token())
 	default:
-		l = newLock(c, lw.resource, newToken())
+		l = newLock(c, lw.resource, newToken(lw.rnd))
 		if len(c.masters) >= 3 && (lw.w != nil || c.cfg.fairTTL <= 0 && c.push.Subscribed("lock:"+lw.resource)) {
 			// Waiting on a holder, with the other waiters its release
 			// wakes, or a first attempt on a resource this client
@@ -204,31 +205,56 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 	}
 	wait := c.cfg.delay
 	if c.cfg.jitter > 0 {
-		wait += rand.N(c.cfg.jitter)
+		wait += randN(lw.rnd, c.cfg.jitter)
 	}
 	var wake <-chan struct{}
 	if round != nil && lw.multi == nil && errors.Is(err, ErrNotAcquired) {
 		key := "lock:" + lw.resource
 		if lw.w == nil {
-			lw.w = c.push.Join(key)
+			lw.w = c.joinWait(key)
 			if c.cfg.fairTTL > 0 {
-				lw.q = c.enqueue(key, lw.ttl, lw.w)
+				lw.q = c.enqueue(key, lw.ttl, lw.w, lw.rnd)
 				return nil // the first queued attempt enqueues us, now
 			}
 		}
 		if lw.q != nil {
-			wait = c.planQueued(lw.w, round, lw.q, wait)
+			wait = c.planQueued(lw.w, round, lw.q, wait, lw.rnd)
 		} else {
-			wait = c.plan(ctx, lw.w, round, key, wait)
+			wait = c.plan(ctx, lw.w, round, key, wait, lw.rnd)
 		}
 		wake = lw.w.Wake()
 	}
 	c.cfg.logger.Debug("redlock: retrying", "resource", lw.resource, "wait", wait, "err", err)
-	if lw.timer == nil {
-		lw.timer = time.NewTimer(wait)
-	} else {
-		lw.timer.Reset(wait)
+	// What is ready already is taken in an order of its own, not by a
+	// select that picks one at random (a seed of the simulator replays its
+	// trace only if the order is fixed): a lock handed to us first.
+	select {
+	case lw.handed = <-lw.grant:
+		lw.woken = 0
+		return nil
+	default:
 	}
+	if wait <= 0 {
+		// At once (the votes split): a release since is no news to the
+		// attempt, which reads the masters.
+		if wake != nil {
+			select {
+			case <-wake:
+			default:
+			}
+		}
+		lw.woken = 0
+		if cerr := ctx.Err(); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		return nil
+	}
+	select {
+	case <-wake:
+		return lw.afterWake(ctx, err)
+	default:
+	}
+	lw.arm(wait)
 	select {
 	case <-lw.timer.C:
 		lw.woken = 0
@@ -240,6 +266,15 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 		return errors.Join(err, ctx.Err())
 	}
 	return nil
+}
+
+// arm sets the call's timer to fire after wait.
+func (lw *lockWait) arm(wait time.Duration) {
+	if lw.timer == nil {
+		lw.timer = time.NewTimer(wait)
+	} else {
+		lw.timer.Reset(wait)
+	}
 }
 
 // afterWake follows a release that cut the sleep short. The first one in a
@@ -261,12 +296,18 @@ func (lw *lockWait) afterWake(ctx context.Context, err error) error {
 	case lw.woken == 1:
 		wait = lw.probeJitter()
 	default:
-		wait = rand.N(min(time.Duration(lw.woken-1)*wakeJitter, maxWakeBackoff))
+		wait = randN(lw.rnd, min(time.Duration(lw.woken-1)*wakeJitter, maxWakeBackoff))
 	}
 	if wait <= 0 {
 		return nil
 	}
-	lw.timer.Reset(wait)
+	select {
+	case lw.handed = <-lw.grant: // see sleep
+		lw.woken = 0
+		return nil
+	default:
+	}
+	lw.arm(wait)
 	select {
 	case <-lw.timer.C:
 	case lw.handed = <-lw.grant:
@@ -288,7 +329,7 @@ func (lw *lockWait) probeJitter() time.Duration {
 	if lw.q != nil || lw.multi != nil || len(lw.c.masters) < 3 {
 		return 0
 	}
-	return rand.N(probeWindow)
+	return randN(lw.rnd, probeWindow)
 }
 
 // probeWindow bounds probeJitter: several times the spread of a release's
@@ -333,7 +374,7 @@ func (lw *lockWait) end(ctx context.Context) {
 
 // plan prepares w for the wait after the lost round: it returns how long
 // to sleep. A message on w's wake channel cuts the sleep short.
-func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, key string, poll time.Duration) time.Duration {
+func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, key string, poll time.Duration, rnd *rand.Rand) time.Duration {
 	// Any release until we know who holds the key wakes us; one that came
 	// before this point is seen by the read below.
 	w.Drain()
@@ -377,7 +418,7 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	if free > 0 || !pushed {
 		// Expiry follows the masters' clocks, not ours: a waiter that wakes
 		// a little early finds the key there and reads its TTL again.
-		free += rand.N(wakeJitter)
+		free += randN(rnd, wakeJitter)
 	}
 	if !pushed {
 		// No release reaches us: look again at the poll interval.

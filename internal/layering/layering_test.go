@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"internal/bounded":    nil,
 	"internal/boottime":   nil,
 	"internal/bugs":       nil,
+	"internal/seam":       nil,
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
@@ -38,14 +39,14 @@ var allowed = map[string][]string{
 	"redlock/internal/push":  {"driver", "internal/quorum"},
 	"redlock/internal/fair":  nil,
 	"redlock/internal/watch": {"driver", "internal/clockdrift"},
-	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs"},
+	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
 	// Test harnesses.
 	"driver/drivertest":                {"driver", "fence", "internal/redisserver", "internal/redistest", "redlock"},
 	"internal/memredis":                {"driver"},
-	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "leadership", "redlock"},
+	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "internal/seam", "leadership", "redlock"},
 	"internal/childproc":               nil,
 	"internal/childproc/childproctest": {"internal/childproc"},
 	"internal/redisserver":             {"internal/childproc"},

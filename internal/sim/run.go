@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +11,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 )
@@ -89,6 +92,7 @@ type run struct {
 	checkMu sync.Mutex
 	later   sync.WaitGroup // checks that wait for a lost attempt's undo
 	frozen  []span         // client pauses as they were taken (a worker takes one when it reaches it)
+	trace   []event
 }
 
 // span is when a client's process was paused.
@@ -103,20 +107,41 @@ func Run(s Schedule) Result {
 	cfg := s.Config
 	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault)}
 	r.w.Latency = s.Latency
+	r.w.Seed = s.Seed
+	if s.Wire {
+		r.w.Wire = r.event
+	}
 	r.res.Schedule = s
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	clients := make([]*redlock.Client, cfg.Clients)
 	links := make([][]driver.Conn, cfg.Clients)
 	for i := range clients {
 		// A counter per client, as each process has its own: what one
 		// process minted does not guard another's.
-		counter, err := fence.NewRedisCounter(r.w.Counter.Conn())
+		counter, err := fence.NewRedisCounter(r.w.CounterLink(i))
 		if err != nil {
 			r.violation("fence counter: %v", err)
 			return r.res
 		}
+		// The client's tokens, ids and jitter come from the seed, as
+		// everything else does, so that a seed replays its trace.
+		src := &lockedRand{r: rand.New(rand.NewPCG(s.Seed, uint64(3000+i)))}
+		if s.Wire {
+			src.wire = func(v uint64) { r.event("c%d draws %016x", i, v) }
+		}
+		seeded := seam.ClientOption(nil, src).(redlock.Option)
+		logger := logger
+		if s.Wire {
+			logger = slog.New(slog.NewTextHandler(traceWriter{r, i}, &slog.HandlerOptions{Level: slog.LevelDebug,
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				}}))
+		}
 		opts := []redlock.Option{redlock.WithFence(counter), redlock.WithLogger(logger),
-			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond)}
+			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), seeded}
 		if s.Fair[i] {
 			opts = append(opts, redlock.WithFairness(time.Second))
 		}
@@ -147,7 +172,10 @@ func Run(s Schedule) Result {
 			r.violation("client %d: leadership: %v", c, err)
 			continue
 		}
-		wg.Go(func() { r.candidate(e, c, termsPerCandidate) })
+		wg.Go(func() {
+			r.stagger(1000 + c)
+			r.candidate(e, c, termsPerCandidate)
+		})
 	}
 	for c := range cfg.Clients {
 		for k := range workersPerClient {
@@ -155,7 +183,10 @@ func Run(s Schedule) Result {
 			if k < cfg.Cycles%workersPerClient {
 				cycles++
 			}
-			wg.Go(func() { r.worker(clients[c], c, k, cycles) })
+			wg.Go(func() {
+				r.stagger(c*workersPerClient + k)
+				r.worker(clients[c], c, k, cycles)
+			})
 		}
 	}
 	wg.Wait()
@@ -173,6 +204,7 @@ func Run(s Schedule) Result {
 	time.Sleep(2 * nodeTimeout)
 	r.res.Writes = r.w.writes
 	r.check()
+	r.res.Trace = r.traced()
 	return r.res
 }
 
@@ -185,7 +217,58 @@ func (r *run) violation(format string, args ...any) {
 func (r *run) event(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.res.Trace = append(r.res.Trace, fmt.Sprintf("%9v ", time.Since(r.start))+fmt.Sprintf(format, args...))
+	r.trace = append(r.trace, event{at: time.Since(r.start), text: fmt.Sprintf(format, args...)})
+}
+
+// event is one line of the trace.
+type event struct {
+	at   time.Duration
+	text string
+}
+
+// traced returns the trace in virtual time, the events of one instant in
+// the order of their text: goroutines that run at one instant append in
+// the scheduler's order, which a replay need not repeat.
+func (r *run) traced() []string {
+	slices.SortStableFunc(r.trace, func(a, b event) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return strings.Compare(a.text, b.text)
+	})
+	out := make([]string, len(r.trace))
+	for i, e := range r.trace {
+		out[i] = fmt.Sprintf("%12v %s", e.at, e.text)
+	}
+	return out
+}
+
+// traceWriter puts client's log lines into the trace (-sim.wire).
+type traceWriter struct {
+	r      *run
+	client int
+}
+
+func (t traceWriter) Write(p []byte) (int, error) {
+	t.r.event("c%d log %s", t.client, strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// lockedRand is a client's seeded source, safe for its goroutines.
+type lockedRand struct {
+	mu   sync.Mutex
+	r    *rand.Rand
+	wire func(uint64) // -sim.wire: hears of every draw
+}
+
+func (l *lockedRand) Uint64() uint64 {
+	l.mu.Lock()
+	v := l.r.Uint64()
+	l.mu.Unlock()
+	if l.wire != nil {
+		l.wire(v)
+	}
+	return v
 }
 
 // playFaults applies the schedule's faults at their times and heals each
@@ -375,6 +458,14 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	}
 }
 
+// stagger waits a few µs drawn from the seed and i before a goroutine of
+// the schedule starts, so that no two start at one virtual instant and
+// race for the shared state of a client (its seeded random source among
+// it) in an order the scheduler picks.
+func (r *run) stagger(i int) {
+	time.Sleep(time.Duration(1+i)*time.Microsecond + time.Duration(rand.New(rand.NewPCG(r.s.Seed, uint64(4000+i))).IntN(1000)))
+}
+
 // waitedFor records a Lock call on res that returned now.
 func (r *run) waitedFor(client, k int, res string, began time.Time, won bool) {
 	r.mu.Lock()
@@ -480,7 +571,7 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 		for range 1 + rng.IntN(5) {
 			time.Sleep(time.Duration(rng.IntN(int(cfg.TTL/time.Millisecond)/3+1)) * time.Millisecond)
 			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
-			err := r.w.guarded(wctx, "data:relay", tm.fence, func(ctx context.Context, store driver.Conn) error {
+			err := r.w.guarded(wctx, client, "data:relay", tm.fence, func(ctx context.Context, store driver.Conn) error {
 				return r.guard.Set(ctx, store, "data:relay", fmt.Sprintf("c%d", client), tm.fence, 0)
 			})
 			wcancel()
@@ -563,7 +654,7 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 		// A context of its own: the lock's may have ended in a pause, and
 		// the write must still reach the guard to be judged.
 		wctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := r.w.guarded(wctx, key, fc, func(ctx context.Context, store driver.Conn) error {
+		err := r.w.guarded(wctx, client, key, fc, func(ctx context.Context, store driver.Conn) error {
 			return r.guard.Set(ctx, store, key, fmt.Sprintf("c%d.%d", client, k), fc, 0)
 		})
 		cancel()

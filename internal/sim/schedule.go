@@ -130,6 +130,8 @@ type Schedule struct {
 	// Latency is every call's round trip on a healthy link, half each way:
 	// a call then takes time, and a caller's deadline can fall inside it.
 	Latency time.Duration
+	// Wire puts every call a master applies into the trace (-sim.wire).
+	Wire bool
 }
 
 // Unsafe reports whether a fault of the schedule is a documented failure

@@ -44,7 +44,9 @@ func play(t *testing.T, seed uint64, verbose bool) Result {
 	})
 	defer watchdog.Stop()
 	synctest.Test(t, func(t *testing.T) {
-		res = Run(Draw(seed, DefaultConfig))
+		s := Draw(seed, DefaultConfig)
+		s.Wire = *wireFlag
+		res = Run(s)
 	})
 	if verbose {
 		t.Logf("%v", res.Schedule)
@@ -211,4 +213,66 @@ func playOne(t *testing.T, seed uint64, ran, holdings, terms, simulated, violate
 			t.Errorf("seed %d: no lock was ever held: the schedule tested nothing", seed)
 		}
 	})
+}
+
+var wireFlag = flag.Bool("sim.wire", false, "put every call a master applies into the trace")
+
+var contextFlag = flag.Int("sim.context", 3, "TestSimReplays: events shown before two replays differ")
+
+var replaysFlag = flag.Int("sim.replays", 0, "TestSimReplays: replays of each seed (0: its default)")
+
+// TestSimReplays: a seed replays its trace. Every replay of a seed must
+// give the same trace hash, whatever order the scheduler runs the
+// goroutines of one virtual instant in.
+func TestSimReplays(t *testing.T) {
+	seeds, n := []uint64{1, 2, 3, 4}, 8
+	if *seedFlag != 0 {
+		seeds = []uint64{*seedFlag}
+	} else if *nFlag > 0 {
+		seeds = seeds[:0]
+		for i := range *nFlag {
+			seeds = append(seeds, uint64(1+i))
+		}
+	}
+	if *replaysFlag > 0 {
+		n = *replaysFlag
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			hashes := make(map[uint64]int)
+			var traces = make(map[uint64][]string)
+			for range n {
+				var res Result
+				synctest.Test(t, func(t *testing.T) {
+					s := Draw(seed, DefaultConfig)
+					s.Wire = *wireFlag
+					res = Run(s)
+				})
+				h := res.TraceHash()
+				if dir := os.Getenv("SIM_DUMP"); dir != "" {
+					_ = os.WriteFile(fmt.Sprintf("%s/trace-%d-%016x", dir, seed, h), []byte(strings.Join(res.Trace, "\n")), 0o644)
+				}
+				hashes[h]++
+				traces[h] = res.Trace
+			}
+			if len(hashes) > 1 {
+				var a, b []string
+				for _, tr := range traces {
+					if a == nil {
+						a = tr
+					} else if b == nil {
+						b = tr
+					}
+				}
+				at := 0
+				for at < min(len(a), len(b)) && a[at] == b[at] {
+					at++
+				}
+				t.Errorf("seed %d: %d replays gave %d trace hashes %v; two first differ at event %d, after\n  %s\none:\n  %s\nthe other:\n  %s", seed, n, len(hashes), hashes, at,
+					strings.Join(a[max(0, at-*contextFlag):at], "\n  "),
+					strings.Join(a[at:min(at+3, len(a))], "\n  "), strings.Join(b[at:min(at+3, len(b))], "\n  "))
+			}
+		})
+	}
 }

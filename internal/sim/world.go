@@ -14,6 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +44,10 @@ type World struct {
 	frozen map[int]chan struct{} // by client: a paused process, closed when it resumes
 	// Latency is every call's round trip on a healthy link.
 	Latency time.Duration
+	// Seed draws each message's time on the wire (see [link.jitter]).
+	Seed uint64
+	// Wire, when set, hears of every call a master applies (-sim.wire).
+	Wire func(format string, args ...any)
 }
 
 // pause is a paused master: calls queue up unanswered, and are applied in
@@ -73,6 +81,20 @@ func (w *World) Links(client int) []driver.Conn {
 	}
 	return out
 }
+
+// CounterLink returns client's connection to the fence counter's node:
+// never cut, but its messages take seeded times on the wire as the
+// masters' do.
+func (w *World) CounterLink(client int) driver.Conn {
+	return &link{w: w, client: client, master: counterNode, conn: w.Counter.Conn().(full)}
+}
+
+// counterNode and storeNode are the master numbers of the links to the
+// counter's node and to the guarded store.
+const (
+	counterNode = -1
+	storeNode   = -2
+)
 
 // Pause stops master i: its calls wait, and are applied when it resumes.
 func (w *World) Pause(i int) {
@@ -145,14 +167,52 @@ type link struct {
 	conn   full
 }
 
+// maxJitter bounds the part of a message's time on the wire drawn from the
+// seed: a few µs, as a local network's spread.
+const maxJitter = 20 * time.Microsecond
+
+// jitter is the time on the wire of a message: at least 1 ns, at most
+// maxJitter, drawn from the world's seed, the link, the virtual instant
+// it is sent and what it says (msg, a hash of the call), and the direction.
+// The scheduler runs the goroutines that wake at one virtual instant in an
+// order of its own; a message's time drawn from what it is rather than
+// from the order of the draws keeps two messages from arriving at one
+// instant, and the order in which masters apply calls (and so a seed's
+// trace) the same in every replay.
+func (l *link) jitter(msg uint64, back bool) time.Duration {
+	x := l.w.Seed ^ msg ^ uint64(time.Now().UnixNano())*0x9e3779b97f4a7c15 ^ uint64(l.client+1)<<32 ^ uint64(l.master+2)<<40
+	if back {
+		x ^= 1 << 63
+	}
+	// splitmix64's finaliser.
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return 1 + time.Duration(x%uint64(maxJitter))
+}
+
 // through runs f as the network and the master's state allow: delayed,
-// lost on the way, applied but unanswered, or queued behind a pause.
-func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, error)) (any, error) {
+// lost on the way, applied but unanswered, or queued behind a pause. msg
+// is a hash of the call (see [link.jitter]).
+func (l *link) through(ctx context.Context, msg uint64, f func(ctx context.Context) (any, error)) (any, error) {
+	if l.w.Wire != nil {
+		g := f
+		f = func(ctx context.Context) (any, error) {
+			v, err := g(ctx)
+			l.w.Wire("wire c%d m%d %016x: %v %v", l.client, l.master, msg, v, err)
+			return v, err
+		}
+	}
 	l.w.mu.Lock()
 	frozen := l.w.frozen[l.client]
 	l.w.mu.Unlock()
 	if frozen != nil {
 		<-frozen
+		// The calls of a process that resumes go on one by one, each at
+		// an instant of its own (see jitter), not all at the resume.
+		time.Sleep(l.jitter(msg, false))
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -163,7 +223,7 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, er
 	c.delay += l.w.Latency
 	// A delay is half on the way there, half on the way back: the master
 	// applies the call before the caller hears of it.
-	if err := wait(ctx, c.delay/2); err != nil {
+	if err := wait(ctx, c.delay/2+l.jitter(msg, false)); err != nil {
 		return nil, err
 	}
 	if c.dropAsk {
@@ -171,7 +231,7 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, er
 		return nil, errTimeout
 	}
 	l.w.mu.Lock()
-	if p := l.w.paused[l.master]; p != nil {
+	if p := l.paused(); p != nil {
 		// The request sits in the stopped server's buffer: it is applied
 		// at the resume, whoever still waits for it.
 		type reply struct {
@@ -197,10 +257,49 @@ func (l *link) through(ctx context.Context, f func(ctx context.Context) (any, er
 		<-ctx.Done()
 		return nil, errTimeout
 	}
-	if err := wait(ctx, c.delay-c.delay/2); err != nil {
+	if err := wait(ctx, c.delay-c.delay/2+l.jitter(msg, true)); err != nil {
 		return nil, err
 	}
 	return v, err
+}
+
+// paused is the backlog of the link's master if it is paused; w.mu is held.
+func (l *link) paused() *pause {
+	if l.master < 0 {
+		return nil
+	}
+	return l.w.paused[l.master]
+}
+
+// msgHash is a hash of a call: its command and its arguments.
+func msgHash(cmd string, keys []string, args ...any) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, cmd)
+	for _, k := range keys {
+		h.Write([]byte{0})
+		io.WriteString(h, k)
+	}
+	var b [20]byte
+	for _, a := range args {
+		h.Write([]byte{1})
+		switch a := a.(type) {
+		case string:
+			io.WriteString(h, a)
+		case int:
+			h.Write(strconv.AppendInt(b[:0], int64(a), 10))
+		case int64:
+			h.Write(strconv.AppendInt(b[:0], a, 10))
+		case uint64:
+			h.Write(strconv.AppendUint(b[:0], a, 10))
+		case time.Duration:
+			h.Write(strconv.AppendInt(b[:0], int64(a), 10))
+		case bool:
+			h.Write(strconv.AppendBool(b[:0], a))
+		default:
+			fmt.Fprint(h, a)
+		}
+	}
+	return h.Sum64()
 }
 
 // wait sleeps d unless ctx ends first.
@@ -259,7 +358,7 @@ func record(ctx context.Context, key string, token any) {
 
 func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	record(ctx, key, value)
-	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
+	v, err := l.through(ctx, msgHash("set", []string{key}, value, ttl), func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
 	ok, _ := v.(bool)
 	return ok, err
 }
@@ -268,27 +367,79 @@ func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args .
 	if len(keys) > 0 && len(args) > 0 {
 		record(ctx, keys[0], args[0])
 	}
-	return l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
+	return l.through(ctx, msgHash(s.Hash(), keys, args...), func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
 }
 
 // Subscribe is not cut: push wake-up is an optimisation the timer backs up,
-// and a lost release message only costs a waiter its wait.
-func (l *link) Subscribe(ctx context.Context) driver.Subscription { return l.conn.Subscribe(ctx) }
+// and a lost release message only costs a waiter its wait. Its commands and
+// messages take their seeded times on the wire as calls do, so that a
+// message reaches the clients subscribed at distinct instants, and a
+// subscription is in place at an instant of its own.
+func (l *link) Subscribe(ctx context.Context) driver.Subscription {
+	return &subLink{l: l, sub: l.conn.Subscribe(ctx)}
+}
+
+// subLink is a subscription through the network.
+type subLink struct {
+	l   *link
+	sub driver.Subscription
+}
+
+// The client sends channels in its map's order: the hash is of the set.
+func (s *subLink) Subscribe(ctx context.Context, channels ...string) error {
+	if err := wait(ctx, s.l.jitter(msgHash("subscribe", sorted(channels)), false)); err != nil {
+		return err
+	}
+	return s.sub.Subscribe(ctx, channels...)
+}
+
+func (s *subLink) Unsubscribe(ctx context.Context, channels ...string) error {
+	if err := wait(ctx, s.l.jitter(msgHash("unsubscribe", sorted(channels)), false)); err != nil {
+		return err
+	}
+	return s.sub.Unsubscribe(ctx, channels...)
+}
+
+func (s *subLink) Ping(ctx context.Context, payload string) error {
+	if err := wait(ctx, s.l.jitter(msgHash("ping", nil, payload), false)); err != nil {
+		return err
+	}
+	return s.sub.Ping(ctx, payload)
+}
+
+func (s *subLink) Receive(ctx context.Context) (driver.Push, error) {
+	p, err := s.sub.Receive(ctx)
+	if err != nil {
+		return p, err
+	}
+	if err := wait(ctx, s.l.jitter(msgHash("message", []string{p.Channel}, p.Payload, p.Pong), true)); err != nil {
+		return driver.Push{}, err
+	}
+	return p, nil
+}
+
+func (s *subLink) Close() error { return s.sub.Close() }
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
 
 func (l *link) Info(ctx context.Context, section string) (string, error) {
-	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Info(ctx, section) })
+	v, err := l.through(ctx, msgHash("info", nil, section), func(ctx context.Context) (any, error) { return l.conn.Info(ctx, section) })
 	s, _ := v.(string)
 	return s, err
 }
 
 func (l *link) Time(ctx context.Context) (time.Time, error) {
-	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.Time(ctx) })
+	v, err := l.through(ctx, msgHash("time", nil), func(ctx context.Context) (any, error) { return l.conn.Time(ctx) })
 	t, _ := v.(time.Time)
 	return t, err
 }
 
 func (l *link) ConfigGet(ctx context.Context, p string) (map[string]string, error) {
-	v, err := l.through(ctx, func(ctx context.Context) (any, error) { return l.conn.ConfigGet(ctx, p) })
+	v, err := l.through(ctx, msgHash("config", nil, p), func(ctx context.Context) (any, error) { return l.conn.ConfigGet(ctx, p) })
 	m, _ := v.(map[string]string)
 	return m, err
 }
@@ -311,10 +462,19 @@ type write struct {
 
 // guarded runs one guarded write of fence to key and records whether the
 // store admitted it, in the store's order.
-func (w *World) guarded(ctx context.Context, key string, fence uint64, set func(ctx context.Context, c driver.Conn) error) error {
+// The write takes its time on the wire, as a master's call does.
+func (w *World) guarded(ctx context.Context, client int, key string, fence uint64, set func(ctx context.Context, c driver.Conn) error) error {
+	l := &link{w: w, client: client, master: storeNode}
+	msg := msgHash("guarded", []string{key}, fence)
+	if err := wait(ctx, l.jitter(msg, false)); err != nil {
+		return err
+	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	err := set(ctx, w.Store.Conn())
 	w.writes = append(w.writes, write{key: key, fence: fence, admitted: err == nil, at: time.Now()})
+	w.mu.Unlock()
+	if werr := wait(ctx, l.jitter(msg, true)); werr != nil {
+		return werr
+	}
 	return err
 }

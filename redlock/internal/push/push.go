@@ -92,8 +92,13 @@ type Waiter struct {
 // Join registers a waiter for channel on every master that can subscribe,
 // starting the subscriptions at the first call. After Close it subscribes
 // nowhere: the waiter then has its timer alone.
-func (h *Hub) Join(channel string) *Waiter {
-	w := &Waiter{channel: channel, wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+func (h *Hub) Join(channel string) *Waiter { return h.JoinQueued(channel, "") }
+
+// JoinQueued is [Hub.Join] for a queued waiter, whose handoffs come on
+// channel handoffs too (HandoffChannel; "": none): both are sent in one
+// SUBSCRIBE.
+func (h *Hub) JoinQueued(channel, handoffs string) *Waiter {
+	w := &Waiter{channel: channel, handoffs: handoffs, wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -109,7 +114,7 @@ func (h *Hub) Join(channel string) *Waiter {
 	}
 	h.mu.Unlock()
 	for _, s := range w.subs {
-		s.add(w, channel)
+		s.add(w, channel, handoffs)
 	}
 	return w
 }
@@ -197,16 +202,23 @@ func Signal(ch chan struct{}) {
 	}
 }
 
-func (s *subscriber) add(w *Waiter, name string) {
+// add registers w on the channels names ("" skipped), in one batch.
+func (s *subscriber) add(w *Waiter, names ...string) {
+	fresh := false
 	s.mu.Lock()
-	ch := s.chans[name]
-	if ch == nil {
-		ch = &channel{waiters: make(map[*Waiter]struct{})}
-		s.chans[name] = ch
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		ch := s.chans[name]
+		if ch == nil {
+			ch = &channel{waiters: make(map[*Waiter]struct{})}
+			s.chans[name] = ch
+		}
+		ch.waiters[w] = struct{}{}
+		ch.idle = time.Time{}
+		fresh = fresh || ch.batch == 0
 	}
-	ch.waiters[w] = struct{}{}
-	ch.idle = time.Time{}
-	fresh := ch.batch == 0
 	s.mu.Unlock()
 	if fresh {
 		Signal(s.kick)

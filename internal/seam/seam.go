@@ -1,0 +1,33 @@
+// Package seam is how the simulator (internal/sim) reaches inside a
+// redlock.Client without a public option: the clocks a client reads and the
+// randomness it draws (tokens, queue ids, jitter). A world that gives every
+// client a seeded source and delivers every message at a seeded time
+// replays a seed exactly; a world that gives one client a clock of its own
+// can step it or suspend it.
+//
+// Package redlock sets ClientOption when it is initialised; nothing outside
+// this module can import this package, and a client built without the
+// option reads the system's clocks and draws from crypto/rand and
+// math/rand/v2, as ever.
+package seam
+
+import "time"
+
+// Clock is a client's reading of its two clocks: the time (its monotonic
+// reading is what leases are measured on) and the clock that counts
+// suspend (package boottime's).
+type Clock interface {
+	Now() (time.Time, time.Duration)
+}
+
+// Rand is a client's source of randomness; it must be safe for concurrent
+// use. A token drawn from it is only as unguessable as the source: it is
+// for simulations, never for a client that guards real data.
+type Rand interface {
+	Uint64() uint64
+}
+
+// ClientOption returns a redlock.Option (typed any here: this package
+// cannot import redlock) that makes a client read clock and draw from rnd.
+// Either may be nil: the client's own then.
+var ClientOption func(clock Clock, rnd Rand) any
