@@ -370,7 +370,11 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 
 // mint takes a fence for each of l's resources, in order, before deadline.
 func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
-	mctx, cancel := context.WithDeadline(ctx, deadline)
+	// A timeout, not a deadline: deadline was read on the client's clock,
+	// which a context's timer does not read (the simulator gives a client
+	// a clock of its own; time.Now's monotonic reading serves otherwise).
+	now, _ := c.clock.now()
+	mctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
 	defer cancel()
 	for i := range max(len(l.multi), 1) {
 		res := l.resource

@@ -156,7 +156,7 @@ func (l *Lock) Until() time.Time {
 	}
 	l.mu.Unlock()
 	now, nowBoot := l.c.clock.now()
-	if left := boot - nowBoot; left < until.Sub(now) {
+	if left := boot - nowBoot; left < until.Sub(now) && !bugs.MonotonicLeaseOnly {
 		return now.Add(left)
 	}
 	return until
@@ -166,7 +166,7 @@ func (l *Lock) Until() time.Time {
 // clock that counts suspend) has run out.
 func (l *Lock) over(until time.Time, boot time.Duration) bool {
 	now, nowBoot := l.c.clock.now()
-	return !now.Before(until) || nowBoot >= boot
+	return !now.Before(until) || nowBoot >= boot && !bugs.MonotonicLeaseOnly
 }
 
 // leaseCheck is how often Done's timer looks at the clock that counts
@@ -176,6 +176,9 @@ const leaseCheck = time.Second
 // left is the time to wait before looking at the lease again.
 func (l *Lock) leftLocked() time.Duration {
 	now, nowBoot := l.c.clock.now()
+	if bugs.MonotonicLeaseOnly {
+		return l.until.Sub(now)
+	}
 	return min(l.until.Sub(now), l.untilBoot-nowBoot, leaseCheck)
 }
 
@@ -506,7 +509,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		// Whether or not Done was asked for: the old lease ended first.
 		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
 	case l.over(deadline, deadlineBoot):
-		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, time.Since(start), ttl)
+		now, _ := c.clock.now()
+		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, now.Sub(start), ttl)
 	default:
 		l.mu.Lock()
 		if l.ended {

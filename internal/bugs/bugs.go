@@ -14,4 +14,5 @@ const (
 	CounterWithoutFloor = false
 	DoneLateAfterLease  = false
 	CleanupOnCallerCtx  = false
+	MonotonicLeaseOnly  = false
 )

@@ -22,4 +22,8 @@ var (
 	// context, so a caller whose context ended mid-attempt sends none and
 	// leaves its keys for a TTL (a bug of several Redlock clients).
 	CleanupOnCallerCtx bool
+	// MonotonicLeaseOnly: the lease ends on the monotonic clock alone, which
+	// misses a suspend of the machine, not also on the clock that counts
+	// it: a holder resumed after its lease ran out goes on as if it held.
+	MonotonicLeaseOnly bool
 )

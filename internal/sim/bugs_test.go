@@ -27,6 +27,7 @@ func TestSimFindsBugs(t *testing.T) {
 		{"counter restarts without its floor", &bugs.CounterWithoutFloor, "handed out twice"},
 		{"Done late after a pause past the lease", &bugs.DoneLateAfterLease, "Done not closed"},
 		{"a lost attempt's cleanup on the caller's ended context", &bugs.CleanupOnCallerCtx, "still kept its key"},
+		{"the lease on the monotonic clock alone, which misses a suspend", &bugs.MonotonicLeaseOnly, "across a client-suspend"},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			*b.switch_ = true

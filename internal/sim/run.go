@@ -17,6 +17,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/boottime"
 	"quorumlock.dev/internal/memredis"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/leadership"
@@ -93,6 +94,62 @@ type run struct {
 	later   sync.WaitGroup // checks that wait for a lost attempt's undo
 	frozen  []span         // client pauses as they were taken (a worker takes one when it reaches it)
 	trace   []event
+	clocks  []*clientClock // by client
+}
+
+// clientClock is a client's clocks: the bubble's, but for the suspends of
+// its machine, which its monotonic clock (the one its leases and timers
+// run on) misses and the clock that counts suspend does not.
+type clientClock struct {
+	mu      sync.Mutex
+	lag     time.Duration // the suspends that have ended
+	since   time.Time     // when the suspend in progress began; zero: none
+	resumed chan struct{} // closed when it ends
+}
+
+// awake returns once the client's machine is not suspended: the code of a
+// worker runs only then (its timers do run meanwhile in a bubble, and see
+// the client's clock stand still).
+func (c *clientClock) awake() {
+	c.mu.Lock()
+	ch := c.resumed
+	c.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (c *clientClock) Now() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if !c.since.IsZero() {
+		now = c.since // the monotonic clock stands still in a suspend
+	}
+	return now.Add(-c.lag), boottime.Now()
+}
+
+// world converts t, read on the client's clock now, to the world's time.
+func (c *clientClock) world(t time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return t.Add(c.lag)
+}
+
+func (c *clientClock) suspend() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.since = time.Now()
+	c.resumed = make(chan struct{})
+}
+
+func (c *clientClock) resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lag += time.Since(c.since)
+	c.since = time.Time{}
+	close(c.resumed)
+	c.resumed = nil
 }
 
 // span is when a client's process was paused.
@@ -129,7 +186,8 @@ func Run(s Schedule) Result {
 		if s.Wire {
 			src.wire = func(v uint64) { r.event("c%d draws %016x", i, v) }
 		}
-		seeded := seam.ClientOption(nil, src).(redlock.Option)
+		r.clocks = append(r.clocks, &clientClock{})
+		seeded := seam.ClientOption(r.clocks[i], src).(redlock.Option)
 		logger := logger
 		if s.Wire {
 			logger = slog.New(slog.NewTextHandler(traceWriter{r, i}, &slog.HandlerOptions{Level: slog.LevelDebug,
@@ -154,7 +212,7 @@ func Run(s Schedule) Result {
 		clients[i] = c
 	}
 	for _, f := range s.Faults {
-		if f.kind == clientPause {
+		if f.kind == clientPause || f.kind == clientSuspend {
 			r.pauses[f.client] = append(r.pauses[f.client], f)
 		}
 	}
@@ -353,16 +411,16 @@ func (r *run) apply(f fault) (heal func()) {
 	return nil
 }
 
-// takePause returns a pause of client's that has begun, or 0.
-func (r *run) takePause(client int) time.Duration {
+// takePause returns a pause or suspend of client's that has begun, if any.
+func (r *run) takePause(client int) (fault, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ps := r.pauses[client]
 	if len(ps) == 0 || ps[0].at > time.Since(r.start) {
-		return 0
+		return fault{}, false
 	}
 	r.pauses[client] = ps[1:]
-	return ps[0].lasts
+	return ps[0], true
 }
 
 // worker runs cycles lock cycles of client c: lock one of the resources
@@ -432,7 +490,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			r.event("c%d.%d Do %s: %v", client, k, res, kindOf(err))
 			cancel()
 			if !won {
-				time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
+				r.nap(client, time.Duration(rng.IntN(50))*time.Millisecond)
 			}
 			continue
 		default:
@@ -450,12 +508,19 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			} else {
 				r.leftNothing(client, k, op+" lost", []string{res}, began, att.has)
 			}
-			time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
+			r.nap(client, time.Duration(rng.IntN(50))*time.Millisecond)
 			continue
 		}
 		r.hold(ctx, l, client, k, rng, rng2, renewed, true)
 		cancel()
 	}
+}
+
+// nap sleeps d in client's code: in a suspend of its machine, until it
+// ends.
+func (r *run) nap(client int, d time.Duration) {
+	time.Sleep(d)
+	r.clocks[client].awake()
 }
 
 // stagger waits a few µs drawn from the seed and i before a goroutine of
@@ -512,7 +577,7 @@ func (r *run) answers(client, i int, a, b time.Time) bool {
 			return f.client == client && f.master == i
 		case paused, down, restarted, clockStep, aofLag, failover:
 			return f.master == i
-		case clientPause:
+		case clientPause, clientSuspend:
 			return f.client == client
 		}
 		return false
@@ -556,7 +621,7 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 		cancel()
 		if err != nil {
 			r.event("c%d campaign: %v", client, kindOf(err))
-			time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+			r.nap(client, time.Duration(rng.IntN(100))*time.Millisecond)
 			continue
 		}
 		terms--
@@ -569,7 +634,7 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 		}()
 		stuck := rng.IntN(3) == 0 // stops showing progress: the term must end by itself
 		for range 1 + rng.IntN(5) {
-			time.Sleep(time.Duration(rng.IntN(int(cfg.TTL/time.Millisecond)/3+1)) * time.Millisecond)
+			r.nap(client, time.Duration(rng.IntN(int(cfg.TTL/time.Millisecond)/3+1))*time.Millisecond)
 			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
 			err := r.w.guarded(wctx, client, "data:relay", tm.fence, func(ctx context.Context, store driver.Conn) error {
 				return r.guard.Set(ctx, store, "data:relay", fmt.Sprintf("c%d", client), tm.fence, 0)
@@ -600,28 +665,29 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 // Unlock (in Do, Do unlocks).
 func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng2 *rand.Rand, renewed, unlock bool) {
 	cfg := r.s.Config
-	h := holding{client: client, worker: k, resources: l.Resources(), got: time.Now(), until: l.Until()}
+	clk := r.clocks[client] // Until is read on it: the world's time is later by its suspends
+	h := holding{client: client, worker: k, resources: l.Resources(), got: time.Now(), until: clk.world(l.Until())}
 	h.fences, h.fenced = l.Fences()
 	if !h.fenced {
 		r.violation("c%d.%d: a lock of a client WithFence came without a fence", client, k)
 	}
 	r.event("c%d.%d holds %v fences %v until %v", client, k, h.resources, h.fences, h.until.Sub(r.start))
 	r.backed(l, h, client, k)
-	time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+	r.nap(client, time.Duration(rng.IntN(100))*time.Millisecond)
 	if renewed {
 		if err := l.Renew(cfg.TTL, 3*cfg.TTL); err != nil {
 			r.violation("c%d.%d: Renew: %v", client, k, err)
 		}
 		for range 1 + rng2.IntN(6) {
-			time.Sleep(cfg.TTL / 4)
+			r.nap(client, cfg.TTL/4)
 			l.Progress()
 		}
-		h.until = l.Until()
+		h.until = clk.world(l.Until())
 		r.event("c%d.%d renewed until %v: %v", client, k, h.until.Sub(r.start), kindOf(context.Cause(l.Context())))
 	} else if rng.IntN(4) == 0 {
 		extendAt := time.Now()
 		if err := l.Extend(ctx, cfg.TTL); err == nil {
-			h.until = l.Until()
+			h.until = clk.world(l.Until())
 			r.event("c%d.%d extended until %v", client, k, h.until.Sub(r.start))
 		} else {
 			r.event("c%d.%d extend: %v", client, k, kindOf(err))
@@ -630,22 +696,44 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 			r.leftNothing(client, k, "Extend failed", h.resources, extendAt, func(v string) bool { return v == token })
 		}
 	}
-	if d := r.takePause(client); d > 0 {
-		r.event("c%d.%d paused for %v", client, k, d)
+	lease := h.until // in the world's time, before a pause
+	f, paused := r.takePause(client)
+	if paused {
+		d := f.lasts
+		suspend := f.kind == clientSuspend
+		r.event("c%d.%d %v for %v", client, k, map[bool]string{false: "paused", true: "suspended"}[suspend], d)
 		r.mu.Lock()
 		r.frozen = append(r.frozen, span{client: client, from: time.Now(), to: time.Now().Add(d)})
 		r.mu.Unlock()
 		r.w.Freeze(client)
+		if suspend {
+			clk.suspend()
+		}
 		time.Sleep(d)
+		if suspend {
+			clk.resume()
+		}
 		r.w.Thaw(client)
 	}
 	// A lock that ended early (a failed Extend or renewal) says so in Until.
-	h.until = l.Until()
-	if time.Now().After(h.until) {
+	h.until = clk.world(l.Until())
+	end := h.until
+	if paused && !renewed {
+		// Nothing extended the lock in the pause (a renewer may have had
+		// an Extend on its way): its end is where it was. After a suspend,
+		// the monotonic clock says less time has passed than has.
+		if h.until.After(lease) {
+			r.violation("c%d.%d: Until moved from %v to %v across a %v", client, k, r.at(lease), r.at(h.until), f.kind)
+		}
+		if lease.Before(end) {
+			end = lease
+		}
+	}
+	if time.Now().After(end) {
 		select {
 		case <-l.Done():
 		default:
-			r.violation("c%d.%d: Done not closed %v after the lease's end", client, k, time.Since(h.until))
+			r.violation("c%d.%d: Done not closed %v after the lease's end", client, k, time.Since(end))
 		}
 	}
 	for i, res := range h.resources {

@@ -42,10 +42,13 @@ const (
 	failover  // a master goes down and a replica that lacks the last writes takes over: documented failure mode
 	clockFast // a master's clock runs fast: within the drift allowance, or beyond it (documented failure mode)
 	allKinds
+
+	// From a third stream.
+	clientSuspend // a client's machine suspends past its lease: its monotonic clock misses the span, the clock that counts suspend does not (documented failure mode)
 )
 
 var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
-	"aof-lag", "failover", "clock-fast"}
+	"aof-lag", "failover", "clock-fast", "", "client-suspend"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -53,7 +56,7 @@ func (k kind) String() string { return kindNames[k] }
 // (redlock's doc names them): only the fence protects then.
 func (f fault) unsafe() bool {
 	switch f.kind {
-	case restarted, clockStep, clientPause, aofLag, failover:
+	case restarted, clockStep, clientPause, clientSuspend, aofLag, failover:
 		return true
 	case clockFast:
 		return f.rate > driftRate
@@ -112,7 +115,7 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, ", master %d at %gx", f.master, f.rate)
 	case clockStep:
 		fmt.Fprintf(&b, ", master %d by %v", f.master, f.delay)
-	case clientPause:
+	case clientPause, clientSuspend:
 		fmt.Fprintf(&b, ", client %d", f.client)
 	}
 	if f.kind == delayed {
@@ -225,6 +228,17 @@ func Draw(seed uint64, cfg Config) Schedule {
 			f.lasts = time.Duration(r2.Int64N(int64(2 * cfg.TTL)))
 		}
 		s.Faults = append(s.Faults, f)
+	}
+	// From a third stream: in one schedule of four, a client's machine
+	// suspends for one to two TTLs (a laptop's lid, a VM's host).
+	r3 := rand.New(rand.NewPCG(seed, 0x5eed3))
+	if r3.IntN(4) == 0 {
+		s.Faults = append(s.Faults, fault{
+			kind:   clientSuspend,
+			at:     time.Duration(r3.Int64N(int64(span))),
+			client: r3.IntN(cfg.Clients),
+			lasts:  cfg.TTL + time.Duration(r3.Int64N(int64(cfg.TTL))),
+		})
 	}
 	return s
 }

@@ -246,6 +246,11 @@ func (l *link) through(ctx context.Context, msg uint64, f func(ctx context.Conte
 		l.w.mu.Unlock()
 		select {
 		case r := <-done:
+			// The backlog is applied at one instant; its replies reach
+			// their callers each at an instant of its own.
+			if err := wait(ctx, c.delay-c.delay/2+l.jitter(msg, true)); err != nil {
+				return nil, err
+			}
 			return r.v, r.err
 		case <-ctx.Done():
 			return nil, errTimeout
@@ -410,6 +415,9 @@ func (s *subLink) Ping(ctx context.Context, payload string) error {
 func (s *subLink) Receive(ctx context.Context) (driver.Push, error) {
 	p, err := s.sub.Receive(ctx)
 	if err != nil {
+		// A reset (the master restarted) reaches each client at an
+		// instant of its own too.
+		time.Sleep(s.l.jitter(msgHash("error", nil, err.Error()), true))
 		return p, err
 	}
 	if err := wait(ctx, s.l.jitter(msgHash("message", []string{p.Channel}, p.Payload, p.Pong), true)); err != nil {
