@@ -67,6 +67,8 @@ func TestSameRepliesAsRedis(t *testing.T) {
 		{name: "zrem zremrangebyscore", src: "return {redis.call('ZREM', KEYS[1], 'a', 'nope'), redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', 2), redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZREM', KEYS[1], 'c'), redis.call('EXISTS', KEYS[1])}", keys: []string{"z"}},
 		{name: "publish to nobody", src: "return redis.call('PUBLISH', KEYS[1], 'x')", keys: []string{"ch"}},
 		{name: "time shape", src: "local t = redis.call('TIME') return {#t, type(t[1]), type(t[2]), tonumber(t[2]) < 1000000}"},
+		{name: "command names in any case", src: "redis.call('sEt', KEYS[1], 'm') return {redis.call('Get', KEYS[1]), redis.call('get', KEYS[1])}", keys: []string{"mc"}},
+		{name: "too few arguments", src: "return redis.pcall('GET')"},
 		{name: "math and string libs", src: "return {math.max(1, 5), string.format('%d', 7), tonumber('12') + 1, tostring(3) .. 'x'}"},
 	}
 	for _, sc := range shippedScripts(t) {

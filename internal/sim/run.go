@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/driver"
@@ -69,6 +70,7 @@ type Result struct {
 	Violations []string
 	Trace      []string
 	Simulated  time.Duration // virtual time from start to end
+	Calls      int64         // calls that reached the masters and the counter
 }
 
 // TraceHash is a hash of the trace (virtual times and outcomes; no token).
@@ -260,6 +262,8 @@ func Run(s Schedule) Result {
 	// stops, and one still waiting for its deadline then is a deadlock
 	// (seed 2893520631271746896: a release whose reply was lost).
 	time.Sleep(2 * nodeTimeout)
+	r.w.Close()
+	r.res.Calls = atomic.LoadInt64(&r.w.calls)
 	r.res.Writes = r.w.writes
 	r.check()
 	r.res.Trace = r.traced()

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/driver"
@@ -48,6 +49,9 @@ type World struct {
 	Seed uint64
 	// Wire, when set, hears of every call a master applies (-sim.wire).
 	Wire func(format string, args ...any)
+
+	servers []chan job // by master+1; the counter's first
+	calls   int64      // calls that reached a server (atomic)
 }
 
 // pause is a paused master: calls queue up unanswered, and are applied in
@@ -63,14 +67,59 @@ type cut struct {
 	dropAsk   bool          // never arrives
 }
 
-// NewWorld makes n masters, a counter and a store; call it in the bubble.
+// NewWorld makes n masters, a counter and a store; call it in the bubble,
+// and Close it there.
 func NewWorld(n int) *World {
 	w := &World{Counter: memredis.New(), Store: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut),
 		frozen: make(map[int]chan struct{})}
 	for range n {
 		w.Masters = append(w.Masters, memredis.New())
 	}
+	w.servers = make([]chan job, n+1)
+	for i := range w.servers {
+		w.servers[i] = make(chan job)
+		go serve(w.servers[i])
+	}
 	return w
+}
+
+// job is one call for a server's goroutine.
+type job struct {
+	ctx   context.Context
+	f     func(ctx context.Context) (any, error)
+	reply chan<- result
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+// serve runs the calls of one server, one at a time, as Redis does, on one
+// goroutine whose stack has grown to what the script interpreter needs
+// once: run on the callers' goroutines, fresh ones each (a round's), the
+// calls spent a sixth of the simulator's time growing stacks.
+func serve(jobs <-chan job) {
+	for j := range jobs {
+		v, err := j.f(j.ctx)
+		j.reply <- result{v, err}
+	}
+}
+
+// exec runs f on master's goroutine (counterNode: the counter's).
+func (w *World) exec(master int, ctx context.Context, f func(ctx context.Context) (any, error)) (any, error) {
+	reply := make(chan result, 1)
+	atomic.AddInt64(&w.calls, 1)
+	w.servers[master+1] <- job{ctx, f, reply}
+	r := <-reply
+	return r.v, r.err
+}
+
+// Close stops the servers' goroutines, once no call is on its way.
+func (w *World) Close() {
+	for _, ch := range w.servers {
+		close(ch)
+	}
 }
 
 // Links returns client's connections to every master, through the network.
@@ -257,7 +306,7 @@ func (l *link) through(ctx context.Context, msg uint64, f func(ctx context.Conte
 		}
 	}
 	l.w.mu.Unlock()
-	v, err := f(ctx)
+	v, err := l.w.exec(l.master, ctx, f)
 	if c.dropReply && err == nil {
 		<-ctx.Done()
 		return nil, errTimeout
