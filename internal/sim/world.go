@@ -51,6 +51,7 @@ type World struct {
 	Wire func(format string, args ...any)
 
 	servers []chan job // by master+1; the counter's first
+	closed  chan struct{}
 	calls   int64      // calls that reached a server (atomic)
 }
 
@@ -75,10 +76,10 @@ func NewWorld(n int) *World {
 	for range n {
 		w.Masters = append(w.Masters, memredis.New())
 	}
-	w.servers = make([]chan job, n+1)
+	w.servers, w.closed = make([]chan job, n+1), make(chan struct{})
 	for i := range w.servers {
 		w.servers[i] = make(chan job)
-		go serve(w.servers[i])
+		go serve(w.servers[i], w.closed)
 	}
 	return w
 }
@@ -99,28 +100,34 @@ type result struct {
 // goroutine whose stack has grown to what the script interpreter needs
 // once: run on the callers' goroutines, fresh ones each (a round's), the
 // calls spent a sixth of the simulator's time growing stacks.
-func serve(jobs <-chan job) {
-	for j := range jobs {
-		v, err := j.f(j.ctx)
-		j.reply <- result{v, err}
+func serve(jobs <-chan job, closed <-chan struct{}) {
+	for {
+		select {
+		case j := <-jobs:
+			v, err := j.f(j.ctx)
+			j.reply <- result{v, err}
+		case <-closed:
+			return
+		}
 	}
 }
 
-// exec runs f on master's goroutine (counterNode: the counter's).
+// exec runs f on master's goroutine (counterNode: the counter's); after
+// Close, on the caller's.
 func (w *World) exec(master int, ctx context.Context, f func(ctx context.Context) (any, error)) (any, error) {
-	reply := make(chan result, 1)
 	atomic.AddInt64(&w.calls, 1)
-	w.servers[master+1] <- job{ctx, f, reply}
+	reply := make(chan result, 1)
+	select {
+	case w.servers[master+1] <- job{ctx, f, reply}:
+	case <-w.closed:
+		return f(ctx)
+	}
 	r := <-reply
 	return r.v, r.err
 }
 
-// Close stops the servers' goroutines, once no call is on its way.
-func (w *World) Close() {
-	for _, ch := range w.servers {
-		close(ch)
-	}
-}
+// Close stops the servers' goroutines.
+func (w *World) Close() { close(w.closed) }
 
 // Links returns client's connections to every master, through the network.
 func (w *World) Links(client int) []driver.Conn {
