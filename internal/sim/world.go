@@ -52,7 +52,7 @@ type World struct {
 
 	servers []chan job // by master+1; the counter's first
 	closed  chan struct{}
-	calls   int64      // calls that reached a server (atomic)
+	calls   int64 // calls that reached a server (atomic)
 }
 
 // pause is a paused master: calls queue up unanswered, and are applied in
