@@ -1,0 +1,99 @@
+package push
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"quorumlock.dev/driver"
+)
+
+// recordingConn is a master whose subscription records its SUBSCRIBE
+// commands and answers each PING with its pong.
+type recordingConn struct {
+	driver.Conn
+	sub *recordingSub
+}
+
+func (c recordingConn) Subscribe(context.Context) driver.Subscription { return c.sub }
+
+type recordingSub struct {
+	mu    sync.Mutex
+	subs  [][]string
+	pongs chan string
+	done  chan struct{}
+}
+
+func (s *recordingSub) Subscribe(_ context.Context, channels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := slices.Clone(channels)
+	slices.Sort(ch)
+	s.subs = append(s.subs, ch)
+	return nil
+}
+
+func (s *recordingSub) Unsubscribe(context.Context, ...string) error { return nil }
+
+func (s *recordingSub) Ping(_ context.Context, payload string) error {
+	s.pongs <- payload
+	return nil
+}
+
+func (s *recordingSub) Receive(context.Context) (driver.Push, error) {
+	select {
+	case p := <-s.pongs:
+		return driver.Push{Pong: true, Payload: p}, nil
+	case <-s.done:
+		return driver.Push{}, context.Canceled
+	}
+}
+
+func (s *recordingSub) Close() error {
+	close(s.done)
+	return nil
+}
+
+// TestJoinQueuedSubscribesOnce: a queued waiter's key channel and handoff
+// channel go out in one SUBSCRIBE, whenever the subscription's writer
+// runs. Joined one after the other, they go out in one or two, as the
+// writer ran in between (two here, where it runs between them): the
+// simulator's replays of a seed parted there.
+func TestJoinQueuedSubscribesOnce(t *testing.T) {
+	for _, queued := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			sub := &recordingSub{pongs: make(chan string, 8), done: make(chan struct{})}
+			h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
+			handoffs := HandoffChannel("lock:k", "tag")
+			var w *Waiter
+			if queued {
+				w = h.JoinQueued("lock:k", handoffs)
+			} else {
+				w = h.Join("lock:k")
+				synctest.Wait() // the writer sends what it has
+				w.SetID("me", 1, 1, handoffs)
+			}
+			synctest.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if !w.Listening(ctx, 1, time.Second) {
+				t.Fatal("the subscription was never confirmed")
+			}
+			w.Leave()
+			h.Close(time.Now().Add(time.Second))
+			sub.mu.Lock()
+			defer sub.mu.Unlock()
+			want := [][]string{{"lock:k", handoffs}}
+			if !queued {
+				want = [][]string{{"lock:k"}, {handoffs}}
+			}
+			if !slices.EqualFunc(sub.subs, want, slices.Equal[[]string]) {
+				t.Errorf("queued %v: SUBSCRIBE commands %q, want %q", queued, sub.subs, want)
+			}
+		})
+	}
+}
