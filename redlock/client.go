@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -203,10 +204,19 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 }
 
 // take makes a lock handed over by a release (see handoff.go) ours: its
-// fence is minted here, within its validity.
-func (c *Client) take(ctx context.Context, l *Lock) (*Lock, error) {
+// fence is minted here, within its validity. A lock it cannot take (no
+// fence) is freed, and the call goes on waiting: when q, its queued state,
+// was passed the lock in-process, q's entry is among those the lock's
+// release removes as left behind by a waiter that took it (see passOn);
+// it is taken off that list, or the release would remove the entry of a
+// waiter still queued, and delete the key its next attempt sets (found by
+// the simulator: a lock held on two masters of five).
+func (c *Client) take(ctx context.Context, l *Lock, q *queued) (*Lock, error) {
 	if c.cfg.minter != nil {
 		if err := c.mint(ctx, l, l.until); err != nil {
+			if q != nil && !bugs.StaleTakerEntry {
+				l.stale = slices.DeleteFunc(slices.Clone(l.stale), func(e string) bool { return e == q.Entry })
+			}
 			l.abandonHanded(ctx, nil)
 			return nil, err
 		}

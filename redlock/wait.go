@@ -132,7 +132,7 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 	}
 	if h := lw.handed; h != nil {
 		lw.handed = nil
-		l, err := c.take(ctx, h)
+		l, err := c.take(ctx, h, q)
 		if err == nil {
 			lw.took, lw.won = l, l.round
 			if l.passed || c.line.Raced(q.Waiter) {

@@ -15,4 +15,5 @@ const (
 	DoneLateAfterLease  = false
 	CleanupOnCallerCtx  = false
 	MonotonicLeaseOnly  = false
+	StaleTakerEntry     = false
 )

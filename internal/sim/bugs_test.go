@@ -42,6 +42,35 @@ func TestSimFindsBugs(t *testing.T) {
 	}
 }
 
+// TestSimSeedsFindBugs re-injects the bugs the simulator found in schedules
+// too rare to find again in 10 s of new seeds, one at a time, and requires
+// the seed that found each to report it again.
+func TestSimSeedsFindBugs(t *testing.T) {
+	for _, b := range []struct {
+		name    string
+		switch_ *bool
+		seed    uint64
+		want    string
+	}{
+		{"a waiter that could not take a pass keeps its entry on the stale list", &bugs.StaleTakerEntry, 2584754950384274259, "masters keep its key"},
+		{"the same, a second seed", &bugs.StaleTakerEntry, 2584754950384286745, "masters keep its key"},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			*b.switch_ = true
+			defer func() { *b.switch_ = false }()
+			var res Result
+			synctest.Test(t, func(t *testing.T) { res = Run(Draw(b.seed, DefaultConfig)) })
+			for _, v := range res.Violations {
+				if strings.Contains(v, b.want) {
+					t.Logf("seed %d: %s", b.seed, v)
+					return
+				}
+			}
+			t.Errorf("seed %d did not report %q: %q", b.seed, b.want, res.Violations)
+		})
+	}
+}
+
 // hunt plays new seeds, two at a time, until a violation that says want,
 // or budget.
 func hunt(t *testing.T, want string, budget time.Duration) (seed uint64, found string, ran int) {

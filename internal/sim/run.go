@@ -680,7 +680,13 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	r.nap(client, time.Duration(rng.IntN(100))*time.Millisecond)
 	if renewed {
 		if err := l.Renew(cfg.TTL, 3*cfg.TTL); err != nil {
-			r.violation("c%d.%d: Renew: %v", client, k, err)
+			select {
+			case <-l.Done():
+				// The lock had ended (its holder's machine suspended past
+				// the lease, say): Renew says so.
+			default:
+				r.violation("c%d.%d: Renew of a lock that has not ended: %v", client, k, err)
+			}
 		}
 		for range 1 + rng2.IntN(6) {
 			r.nap(client, cfg.TTL/4)
@@ -759,8 +765,16 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	if unlock {
 		unlockAt := time.Now()
 		err := l.Unlock(context.Background())
-		if took := time.Since(unlockAt); took > 2*nodeTimeout+time.Millisecond {
-			r.violation("c%d.%d: Unlock took %v, beyond twice the node timeout", client, k, took)
+		// The release round, after an Extend of the renewer's in flight
+		// (which Unlock waits for): and when that Extend fails, after the
+		// release that follows it, which waits for the Extend's late calls
+		// (seed 2584754950384275580: 116 ms, with every call 41 ms long).
+		bound, what := 2*nodeTimeout, "twice"
+		if renewed {
+			bound, what = 3*nodeTimeout, "three times"
+		}
+		if took := time.Since(unlockAt); took > bound+time.Millisecond {
+			r.violation("c%d.%d: Unlock took %v, beyond %s the node timeout", client, k, took, what)
 		}
 		r.event("c%d.%d unlock: %v", client, k, kindOf(err))
 	}
@@ -793,13 +807,23 @@ func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
 	need := len(r.w.Masters)/2 + 1
 	for _, res := range h.resources {
 		key, n := "lock:"+res, 0
-		for _, m := range r.w.Masters {
-			if v, ok := m.Get(key); ok && v == l.Token() && !m.ExpiresAt(key).Before(h.until) {
+		var seen []string // what each master keeps, for the violation
+		for i, m := range r.w.Masters {
+			v, ok := m.Get(key)
+			switch {
+			case !ok:
+				seen = append(seen, fmt.Sprintf("m%d: none", i))
+			case v != l.Token():
+				seen = append(seen, fmt.Sprintf("m%d: another token", i))
+			default:
+				seen = append(seen, fmt.Sprintf("m%d: until %v", i, r.at(m.ExpiresAt(key))))
+			}
+			if ok && v == l.Token() && !m.ExpiresAt(key).Before(h.until) {
 				n++
 			}
 		}
 		if n < need {
-			r.violation("c%d.%d holds %s until %v, but only %d masters keep its key that long", client, k, res, r.at(h.until), n)
+			r.violation("c%d.%d holds %s until %v, but only %d masters keep its key that long (%s)", client, k, res, r.at(h.until), n, strings.Join(seen, ", "))
 		}
 	}
 }

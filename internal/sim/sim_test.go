@@ -75,6 +75,10 @@ var regressions = []uint64{
 	26,                  // a client without fairness starved in a mixed deployment (documented)
 	8719908525885126168, // the lease-backed check missed the restart behind a lock passed on in-process (the checker's bug)
 	2893520631271746896, // a release still waiting for its deadline when the bubble's root returned (the harness's bug)
+	2584754950384274259, // a fair waiter passed a lock it could not take kept its entry on the list the lock's release removed: its next key deleted, a lock held on two masters
+	2584754950384286745, // the same bug
+	2584754950384273900, // Renew of a lock ended in a suspend was taken for a failure (the checker's bug)
+	2584754950384275580, // an Unlock after a renewer's failed Extend took three node timeouts (the checker's bound was two)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.

@@ -252,12 +252,12 @@ func (l *link) jitter(msg uint64, back bool) time.Duration {
 // through runs f as the network and the master's state allow: delayed,
 // lost on the way, applied but unanswered, or queued behind a pause. msg
 // is a hash of the call (see [link.jitter]).
-func (l *link) through(ctx context.Context, msg uint64, f func(ctx context.Context) (any, error)) (any, error) {
+func (l *link) through(ctx context.Context, msg uint64, what string, f func(ctx context.Context) (any, error)) (any, error) {
 	if l.w.Wire != nil {
 		g := f
 		f = func(ctx context.Context) (any, error) {
 			v, err := g(ctx)
-			l.w.Wire("wire c%d m%d %016x: %v %v", l.client, l.master, msg, v, err)
+			l.w.Wire("wire c%d m%d %016x %s: %v %v", l.client, l.master, msg, what, v, err)
 			return v, err
 		}
 	}
@@ -419,7 +419,7 @@ func record(ctx context.Context, key string, token any) {
 
 func (l *link) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	record(ctx, key, value)
-	v, err := l.through(ctx, msgHash("set", []string{key}, value, ttl), func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
+	v, err := l.through(ctx, msgHash("set", []string{key}, value, ttl), "SET NX "+key, func(ctx context.Context) (any, error) { return l.conn.SetNX(ctx, key, value, ttl) })
 	ok, _ := v.(bool)
 	return ok, err
 }
@@ -428,7 +428,7 @@ func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args .
 	if len(keys) > 0 && len(args) > 0 {
 		record(ctx, keys[0], args[0])
 	}
-	return l.through(ctx, msgHash(s.Hash(), keys, args...), func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
+	return l.through(ctx, msgHash(s.Hash(), keys, args...), "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
 }
 
 // Subscribe is not cut: push wake-up is an optimisation the timer backs up,
@@ -491,19 +491,19 @@ func sorted(s []string) []string {
 }
 
 func (l *link) Info(ctx context.Context, section string) (string, error) {
-	v, err := l.through(ctx, msgHash("info", nil, section), func(ctx context.Context) (any, error) { return l.conn.Info(ctx, section) })
+	v, err := l.through(ctx, msgHash("info", nil, section), "INFO", func(ctx context.Context) (any, error) { return l.conn.Info(ctx, section) })
 	s, _ := v.(string)
 	return s, err
 }
 
 func (l *link) Time(ctx context.Context) (time.Time, error) {
-	v, err := l.through(ctx, msgHash("time", nil), func(ctx context.Context) (any, error) { return l.conn.Time(ctx) })
+	v, err := l.through(ctx, msgHash("time", nil), "TIME", func(ctx context.Context) (any, error) { return l.conn.Time(ctx) })
 	t, _ := v.(time.Time)
 	return t, err
 }
 
 func (l *link) ConfigGet(ctx context.Context, p string) (map[string]string, error) {
-	v, err := l.through(ctx, msgHash("config", nil, p), func(ctx context.Context) (any, error) { return l.conn.ConfigGet(ctx, p) })
+	v, err := l.through(ctx, msgHash("config", nil, p), "CONFIG GET", func(ctx context.Context) (any, error) { return l.conn.ConfigGet(ctx, p) })
 	m, _ := v.(map[string]string)
 	return m, err
 }
