@@ -235,8 +235,8 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 	default:
 	}
 	if wait <= 0 {
-		// At once (the votes split): a release since is no news to the
-		// attempt, which reads the masters.
+		// At once (the holders' keys are gone from a majority): a
+		// release since is no news to the attempt, which reads the masters.
 		if wake != nil {
 			select {
 			case <-wake:
