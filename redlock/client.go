@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/watch"
@@ -85,8 +86,12 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		cfg:       cfg,
 	}
 	c.tag = fmt.Sprintf("%08x", randUint32(c.stream()))
+	c.line.Wall = wallMicros
 	if cfg.seamClock != nil {
 		c.clock = seamClock{cfg.seamClock}
+		if w, ok := cfg.seamClock.(seam.WallClock); ok {
+			c.line.Wall = func() int64 { return w.Wall().UnixMicro() }
+		}
 	}
 	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
 	seen := make(map[string]int, len(masters))

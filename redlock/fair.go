@@ -116,7 +116,7 @@ func (c *Client) enqueue(key string, ttl time.Duration, w *push.Waiter, rnd *ran
 func (c *Client) stamp() int64 {
 	for {
 		last := c.stamped.Load()
-		now := max(time.Now().UnixMicro(), last+1)
+		now := max(c.line.Wall(), last+1)
 		if c.stamped.CompareAndSwap(last, now) {
 			return now
 		}

@@ -36,6 +36,12 @@ func (c *Client) stream() *rand.Rand {
 	return rand.New(rand.NewPCG(c.cfg.rnd.Uint64(), c.cfg.rnd.Uint64()))
 }
 
+// wallMicros is the system's wall clock in µs since the Unix epoch: the
+// clock of the fair queue's arrival stamps, the one clock the client reads
+// that a step of the machine's clock moves (leases and timeouts are on the
+// monotonic clock and the one that counts suspend).
+func wallMicros() int64 { return time.Now().UnixMicro() }
+
 // randN returns a uniform duration in [0, d) drawn from r (nil: the
 // process's source); d > 0.
 func randN(r *rand.Rand, d time.Duration) time.Duration {

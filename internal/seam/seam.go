@@ -20,6 +20,14 @@ type Clock interface {
 	Now() (time.Time, time.Duration)
 }
 
+// WallClock is a Clock that also reads the wall clock on its own: the
+// clock of the fair queue's arrival stamps, which a step of the machine's
+// clock moves while the monotonic clock goes on.
+type WallClock interface {
+	Clock
+	Wall() time.Time
+}
+
 // Rand is a client's source of randomness; it must be safe for concurrent
 // use. A token drawn from it is only as unguessable as the source: it is
 // for simulations, never for a client that guards real data.

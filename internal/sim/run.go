@@ -104,6 +104,7 @@ type run struct {
 // run on) misses and the clock that counts suspend does not.
 type clientClock struct {
 	mu      sync.Mutex
+	step    time.Duration // of its wall clock, which only the fair queue's stamps read
 	lag     time.Duration // the suspends that have ended
 	since   time.Time     // when the suspend in progress began; zero: none
 	resumed chan struct{} // closed when it ends
@@ -129,6 +130,21 @@ func (c *clientClock) Now() (time.Time, time.Duration) {
 		now = c.since // the monotonic clock stands still in a suspend
 	}
 	return now.Add(-c.lag), boottime.Now()
+}
+
+// Wall is the client's wall clock: the world's, stepped. A suspend does
+// not hold it back (a machine's wall clock counts it).
+func (c *clientClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.step)
+}
+
+// stepWall moves the client's wall clock by d.
+func (c *clientClock) stepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.step += d
 }
 
 // world converts t, read on the client's clock now, to the world's time.
@@ -406,6 +422,8 @@ func (r *run) apply(f fault) (heal func()) {
 		m := w.Masters[f.master]
 		m.SetClockRate(f.rate)
 		return func() { m.SetClockRate(1) }
+	case clientWallStep:
+		r.clocks[f.client].stepWall(f.delay)
 	case counterLost:
 		w.Counter.Restart()
 	case counterDown:

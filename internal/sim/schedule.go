@@ -45,10 +45,12 @@ const (
 
 	// From a third stream.
 	clientSuspend // a client's machine suspends past its lease: its monotonic clock misses the span, the clock that counts suspend does not (documented failure mode)
+	// From a fourth.
+	clientWallStep // a client's wall clock steps (NTP, an operator): the fair queue's arrival stamps move, nothing else may
 )
 
 var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
-	"aof-lag", "failover", "clock-fast", "", "client-suspend"}
+	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -117,6 +119,8 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, ", master %d by %v", f.master, f.delay)
 	case clientPause, clientSuspend:
 		fmt.Fprintf(&b, ", client %d", f.client)
+	case clientWallStep:
+		fmt.Fprintf(&b, ", client %d by %v", f.client, f.delay)
 	}
 	if f.kind == delayed {
 		fmt.Fprintf(&b, ", +%v", f.delay)
@@ -238,6 +242,21 @@ func Draw(seed uint64, cfg Config) Schedule {
 			at:     time.Duration(r3.Int64N(int64(span))),
 			client: r3.IntN(cfg.Clients),
 			lasts:  cfg.TTL + time.Duration(r3.Int64N(int64(cfg.TTL))),
+		})
+	}
+	// From a fourth: in one schedule of four, a client's wall clock steps,
+	// forward or back, by up to a TTL, and stays stepped.
+	r4 := rand.New(rand.NewPCG(seed, 0x5eed4))
+	if r4.IntN(4) == 0 {
+		d := time.Duration(1 + r4.Int64N(int64(cfg.TTL)))
+		if r4.IntN(2) == 0 {
+			d = -d
+		}
+		s.Faults = append(s.Faults, fault{
+			kind:   clientWallStep,
+			at:     time.Duration(r4.Int64N(int64(span))),
+			client: r4.IntN(cfg.Clients),
+			delay:  d,
 		})
 	}
 	return s

@@ -24,6 +24,17 @@ type Line[L comparable] struct {
 	mu    sync.Mutex
 	m     map[string][]*Waiter[L] // by lock key, in id order (the stamps' order)
 	views map[string]view
+	// Wall reads the clock of the arrival stamps, µs since the Unix epoch
+	// (nil: the system's wall clock). Set before the first waiter.
+	Wall func() int64
+}
+
+// wall is f.Wall's reading.
+func (f *Line[L]) wall() int64 {
+	if f.Wall != nil {
+		return f.Wall()
+	}
+	return time.Now().UnixMicro()
 }
 
 // view is what a queued attempt of this client saw of the other clients'
@@ -262,7 +273,7 @@ func (f *Line[L]) Claims(w *Waiter[L]) bool {
 	defer f.mu.Unlock()
 	ws := f.m[w.Key]
 	v, ok := f.views[w.Key]
-	recent := ok && time.Now().UnixMicro()-v.at < claimsFor.Microseconds()
+	recent := ok && f.wall()-v.at < claimsFor.Microseconds()
 	return (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && recent && v.foreign != NoForeign
 }
 
@@ -292,7 +303,7 @@ func (f *Line[L]) Attempting(w *Waiter[L], on, pending bool) bool {
 	if on {
 		w.toAttempt = false
 		w.attempts++
-		w.started = time.Now().UnixMicro()
+		w.started = f.wall()
 	} else {
 		w.pending = pending
 	}
