@@ -505,7 +505,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 			}
 		}
 		err = c.classify(ctx, round.Unanswered(), ErrLockNotHeld, errs)
-	case l.over(until, untilBoot):
+	case l.over(until, untilBoot) && !bugs.ExtendOutcomeOnDone:
 		// Whether or not Done was asked for: the old lease ended first.
 		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
 	case l.over(deadline, deadlineBoot):
@@ -532,7 +532,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		l.lose(fmt.Errorf("%w: Extend failed: %w", ErrLockLost, err))
 		// The lock ended: its keys must not outlive it, whatever this
 		// Extend reached (one whose context had ended sent nothing).
-		l.releaseAfter(ctx, round, nil, true)
+		if !bugs.ExtendKeepsKeys {
+			l.releaseAfter(ctx, round, nil, true)
+		}
 	}
 	return err
 }

@@ -16,4 +16,6 @@ const (
 	CleanupOnCallerCtx  = false
 	MonotonicLeaseOnly  = false
 	StaleTakerEntry     = false
+	ExtendKeepsKeys     = false
+	ExtendOutcomeOnDone = false
 )

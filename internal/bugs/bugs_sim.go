@@ -31,4 +31,13 @@ var (
 	// the lock's release removes, and that release deletes the key the
 	// waiter's next attempt set (found by the simulator, 2026-12-03).
 	StaleTakerEntry bool
+	// ExtendKeepsKeys: a failed Extend ends the lock but sends no release,
+	// so the keys it had (and those it extended) stay for their TTL with a
+	// token nobody holds (redsync #151).
+	ExtendKeepsKeys bool
+	// ExtendOutcomeOnDone: an Extend whose round ends after the old lease
+	// ran out fails only when Done's timer had ended the lock, that is,
+	// only when Done had been asked for; otherwise it succeeds and moves
+	// Until of a lock that had ended (a past bug of this project).
+	ExtendOutcomeOnDone bool
 )

@@ -28,6 +28,8 @@ func TestSimFindsBugs(t *testing.T) {
 		{"Done late after a pause past the lease", &bugs.DoneLateAfterLease, "Done not closed"},
 		{"a lost attempt's cleanup on the caller's ended context", &bugs.CleanupOnCallerCtx, "still kept its key"},
 		{"the lease on the monotonic clock alone, which misses a suspend", &bugs.MonotonicLeaseOnly, "across a client-suspend"},
+		{"a failed Extend that releases nothing (redsync #151)", &bugs.ExtendKeepsKeys, "Extend failed on"},
+		{"Extend's outcome depending on whether Done was asked for", &bugs.ExtendOutcomeOnDone, "after the lease it extended had run out"},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			*b.switch_ = true

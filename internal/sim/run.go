@@ -606,6 +606,18 @@ func (r *run) answers(client, i int, a, b time.Time) bool {
 	})
 }
 
+// keptBy reports whether every master answered client from a to b and
+// kept its keys for as long as they were set for: no fault touched the
+// two, and no master's clock ran fast.
+func (r *run) keptBy(client int, a, b time.Time) bool {
+	for i := range r.w.Masters {
+		if !r.answers(client, i, a, b) {
+			return false
+		}
+	}
+	return r.undisturbed(a, b, func(int) bool { return false }, func(f fault) bool { return f.kind == clockFast })
+}
+
 // undisturbed reports whether, between a and b, no client pause as taken
 // (of a client that counts) and no fault of the schedule (that counts) was
 // in effect.
@@ -689,6 +701,14 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	cfg := r.s.Config
 	clk := r.clocks[client] // Until is read on it: the world's time is later by its suspends
 	h := holding{client: client, worker: k, resources: l.Resources(), got: time.Now(), until: clk.world(l.Until())}
+	// The keys behind the lock were set no earlier than a lease before its
+	// first Until (a lock passed on in-process has its giver's), or when
+	// its round began, up to two node timeouts before it won.
+	keysSet := h.until.Add(-cfg.TTL)
+	if h.got.Before(keysSet) {
+		keysSet = h.got
+	}
+	keysSet = keysSet.Add(-2 * nodeTimeout) // the round's calls
 	h.fences, h.fenced = l.Fences()
 	if !h.fenced {
 		r.violation("c%d.%d: a lock of a client WithFence came without a fence", client, k)
@@ -713,15 +733,36 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 		h.until = clk.world(l.Until())
 		r.event("c%d.%d renewed until %v: %v", client, k, h.until.Sub(r.start), kindOf(context.Cause(l.Context())))
 	} else if rng.IntN(4) == 0 {
+		if rng2.IntN(3) == 0 {
+			// An Extend at the last moment (its doc asks for a node timeout
+			// before Until): its round may end after the lease it extends,
+			// and must then fail and free every master, whether or not
+			// Done was asked for.
+			eps := time.Duration(1+rng2.IntN(60)) * time.Microsecond
+			if d := time.Until(clk.world(l.Until())) - eps; d > 0 {
+				r.nap(client, d)
+			}
+		}
+		before := clk.world(l.Until())
 		extendAt := time.Now()
 		if err := l.Extend(ctx, cfg.TTL); err == nil {
+			if time.Now().After(before) {
+				r.violation("c%d.%d: Extend succeeded at %v, after the lease it extended had run out at %v",
+					client, k, r.at(time.Now()), r.at(before))
+			}
 			h.until = clk.world(l.Until())
 			r.event("c%d.%d extended until %v", client, k, h.until.Sub(r.start))
 		} else {
 			r.event("c%d.%d extend: %v", client, k, kindOf(err))
-			// A failed Extend ends the lock and frees every master.
+			// A failed Extend ends the lock and frees every master, for a
+			// holder that calls Unlock then and for one that gives up on
+			// the lock it lost without it (one in two).
 			token := l.Token()
 			r.leftNothing(client, k, "Extend failed", h.resources, extendAt, func(v string) bool { return v == token })
+			if rng2.IntN(2) == 0 {
+				unlock = false
+				r.event("c%d.%d gives up the lost lock without Unlock", client, k)
+			}
 		}
 	}
 	lease := h.until // in the world's time, before a pause
@@ -782,7 +823,14 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	h.end = time.Now()
 	if unlock {
 		unlockAt := time.Now()
+		// Live, with time left for the release round (a lock that ended
+		// early says so in Until; Done is not asked for, which would start
+		// its timer).
+		live := clk.world(l.Until()).Sub(unlockAt) > 3*nodeTimeout
 		err := l.Unlock(context.Background())
+		if err != nil && live && r.keptBy(client, keysSet, time.Now()) {
+			r.violation("c%d.%d: Unlock of a live lock on masters that all answered: %v", client, k, err)
+		}
 		// The release round, after an Extend of the renewer's in flight
 		// (which Unlock waits for): and when that Extend fails, after the
 		// release that follows it, which waits for the Extend's late calls
