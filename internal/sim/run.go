@@ -459,7 +459,15 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	for i := range resources {
 		resources[i] = fmt.Sprintf("job:%d", i)
 	}
+	// A third for the harness's own timing.
+	rng3 := rand.New(rand.NewPCG(r.s.Seed, uint64(5000+client*workersPerClient+k)))
 	for range cycles {
+		// A few hundred ns before each call, drawn from the seed: the
+		// call a worker makes right after its last one returned would
+		// otherwise start at the instant the client's background work
+		// woken by that return runs (a waiter nudged by an Unlock), in
+		// an order the scheduler picks.
+		r.nap(client, time.Duration(1+rng3.IntN(1000)))
 		res := resources[rng.IntN(len(resources))]
 		mode := rng.IntN(10)
 		renewed := rng2.IntN(4) == 0
