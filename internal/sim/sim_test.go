@@ -79,6 +79,7 @@ var regressions = []uint64{
 	2584754950384286745, // the same bug
 	2584754950384273900, // Renew of a lock ended in a suspend was taken for a failure (the checker's bug)
 	2584754950384275580, // an Unlock after a renewer's failed Extend took three node timeouts (the checker's bound was two)
+	2671326905192134366, // a key handed after a failed Extend to the lock's own queue entry, left on a master that was down when the lock was won (the checker's window began at the Extend)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
