@@ -88,6 +88,38 @@ func (r *run) check() {
 		}
 	}
 
+	// Arrival order: where every client is fair and no client's wall clock
+	// stepped (the arrival stamps are read on it), a Lock that began more
+	// than orderBound before another client's Lock of the same resource
+	// wins first, when both win and no fault was in effect from a TTL
+	// before the earlier one began to its win. The bound: a waiter that
+	// waits here first (its client's waiters are already listed) has no
+	// entry on the masters until its first queued attempt, at most an
+	// entry refresh after it began; until then a later waiter of another
+	// client may queue ahead of it, or be passed the lock on a view of the
+	// queue that did not show it (docs/design.md, "Fair handoff").
+	if !slices.Contains(r.s.Fair, false) && !slices.ContainsFunc(r.s.Faults, func(f fault) bool { return f.kind == clientWallStep }) {
+		won := make(map[string][]waited)
+		for _, w := range r.res.Waits {
+			if w.won {
+				won[w.resource] = append(won[w.resource], w)
+			}
+		}
+		for res, ws := range won {
+			for _, a := range ws {
+				if !r.healthy(a.began.Add(-r.s.Config.TTL), a.ended) {
+					continue
+				}
+				for _, b := range ws {
+					if b.client != a.client && b.began.Sub(a.began) > orderBound && b.ended.Before(a.ended) {
+						r.violation("out of arrival order on %s: c%d.%d began at %v and won at %v, c%d.%d began %v later and won first, at %v",
+							res, a.client, a.worker, r.at(a.began), r.at(a.ended), b.client, b.worker, b.began.Sub(a.began), r.at(b.ended))
+					}
+				}
+			}
+		}
+	}
+
 	// Leadership: a term's fence is never handed out twice; outside the
 	// documented failure modes, a term begins only once the one before it
 	// has ended (its context closed), and fences rise with the terms.
@@ -137,6 +169,11 @@ func (r *run) check() {
 		}
 	}
 }
+
+// orderBound is how much earlier a fair Lock must begin than another
+// client's to be sure to win first: an entry refresh (a third of the
+// entry TTL the clients are given) and two node timeouts for the rounds.
+const orderBound = fairEntryTTL/3 + 2*nodeTimeout
 
 // healthy reports whether no fault of the schedule was in effect between
 // a and b.

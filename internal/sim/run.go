@@ -28,6 +28,9 @@ import (
 // nodeTimeout is every client's: the default.
 const nodeTimeout = 50 * time.Millisecond
 
+// fairEntryTTL is the entry TTL of the clients WithFairness.
+const fairEntryTTL = time.Second
+
 // workersPerClient run each client's cycles: two goroutines of one process,
 // so that in-process passes and handoffs happen too.
 const workersPerClient = 2
@@ -219,7 +222,7 @@ func Run(s Schedule) Result {
 		opts := []redlock.Option{redlock.WithFence(counter), redlock.WithLogger(logger),
 			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), seeded}
 		if s.Fair[i] {
-			opts = append(opts, redlock.WithFairness(time.Second))
+			opts = append(opts, redlock.WithFairness(fairEntryTTL))
 		}
 		links[i] = r.w.Links(i)
 		c, err := redlock.New(links[i], opts...)
