@@ -79,6 +79,7 @@ var regressions = []uint64{
 	2584754950384286745, // the same bug
 	2584754950384273900, // Renew of a lock ended in a suspend was taken for a failure (the checker's bug)
 	2584754950384275580, // an Unlock after a renewer's failed Extend took three node timeouts (the checker's bound was two)
+	614920859905071824,  // a fenced TryLock of a suspended client waited out the counter's timeout (the checker's bound left the mint out)
 	2671326905192134366, // a key handed after a failed Extend to the lock's own queue entry, left on a master that was down when the lock was won (the checker's window began at the Extend)
 }
 
