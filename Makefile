@@ -26,12 +26,14 @@ WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | ta
 # module's test binaries are compiled first on every core, running no test (-run '^$$'; a build
 # error shows again in the run that follows): on a cold cache the root module's build fell from
 # 312 s to 174 s, and the run after it links from the cache. The simulator's replay test runs once
-# more without the race detector, which shuffles the goroutines of one virtual instant.
+# more without the race detector, which shuffles the goroutines of one virtual instant, and the
+# bug hunt (the re-injected bugs of -tags simbugs) runs, each bug within 200 schedules.
 PREBUILD = $(GO) test -race -count=1 -run '^$$'
 test: deps lint
 	@$(PREBUILD) $(PKGS) >/dev/null 2>&1 || true
 	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -run TestSimReplays -timeout 5m ./internal/sim/
+	$(GO) test -tags simbugs -count=1 -run TestSimFindsBugs -sim.hunt 200 -timeout 5m ./internal/sim/
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && { $(PREBUILD) ./... >/dev/null 2>&1 || true; } && $(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.

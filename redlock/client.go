@@ -215,11 +215,12 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 // release removes as left behind by a waiter that took it (see passOn);
 // it is taken off that list, or the release would remove the entry of a
 // waiter still queued, and delete the key its next attempt sets (found by
-// the simulator: a lock held on two masters of five).
+// the simulator: a lock held on two masters of five;
+// TestFailedTakeKeepsEntryVirtual).
 func (c *Client) take(ctx context.Context, l *Lock, q *queued) (*Lock, error) {
 	if c.cfg.minter != nil {
 		if err := c.mint(ctx, l, l.until); err != nil {
-			if q != nil && !bugs.StaleTakerEntry {
+			if q != nil {
 				l.stale = slices.DeleteFunc(slices.Clone(l.stale), func(e string) bool { return e == q.Entry })
 			}
 			l.abandonHanded(ctx, nil)

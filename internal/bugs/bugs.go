@@ -15,7 +15,6 @@ const (
 	DoneLateAfterLease  = false
 	CleanupOnCallerCtx  = false
 	MonotonicLeaseOnly  = false
-	StaleTakerEntry     = false
 	ExtendKeepsKeys     = false
 	ExtendOutcomeOnDone = false
 )

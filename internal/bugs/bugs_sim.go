@@ -26,11 +26,6 @@ var (
 	// misses a suspend of the machine, not also on the clock that counts
 	// it: a holder resumed after its lease ran out goes on as if it held.
 	MonotonicLeaseOnly bool
-	// StaleTakerEntry: a fair waiter passed the lock in-process that cannot
-	// take it (no fence) goes on waiting with its entry still on the list
-	// the lock's release removes, and that release deletes the key the
-	// waiter's next attempt set (found by the simulator, 2026-12-03).
-	StaleTakerEntry bool
 	// ExtendKeepsKeys: a failed Extend ends the lock but sends no release,
 	// so the keys it had (and those it extended) stay for their TTL with a
 	// token nobody holds (redsync #151).

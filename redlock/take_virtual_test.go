@@ -1,0 +1,102 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
+)
+
+// switchMinter mints fences, or fails while fail is set.
+type switchMinter struct {
+	fail atomic.Bool
+	next atomic.Uint64
+}
+
+var errCounterDown = errors.New("counter down")
+
+func (m *switchMinter) Mint(ctx context.Context, resource string) (uint64, error) {
+	if m.fail.Load() {
+		return 0, errCounterDown
+	}
+	return m.next.Add(1), nil
+}
+
+// staleReleases is a master that records the calls of handoff.lua that
+// remove queue entries left behind (ARGV[5] on).
+type staleReleases struct {
+	driver.Conn
+	mu      *sync.Mutex
+	removed *[][]any
+}
+
+func (s staleReleases) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	if script == handoffScript && len(args) > 4 {
+		s.mu.Lock()
+		*s.removed = append(*s.removed, args[4:])
+		s.mu.Unlock()
+	}
+	return s.Conn.Eval(ctx, script, keys, args...)
+}
+
+// TestFailedTakeKeepsEntryVirtual: a fair waiter passed the lock in-process
+// that cannot take it (the fence counter is down) goes on waiting, and its
+// queue entry stays queued: the release that frees the lock it did not take
+// must not remove that entry as one left behind by a waiter that took the
+// lock. It did, found by the simulator: the release then also deleted the
+// key the waiter's next attempt had set there, when it reached a master
+// after that attempt, leaving the waiter's lock on fewer than a majority.
+func TestFailedTakeKeepsEntryVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, mems := memMasters(3)
+		var mu sync.Mutex
+		var removed [][]any
+		masters := make([]Master, len(mems))
+		for i, m := range mems {
+			masters[i] = staleReleases{Conn: m, mu: &mu, removed: &removed}
+		}
+		minter := &switchMinter{}
+		c := virtualClient(t, masters, WithFairness(3*time.Second), WithFence(minter))
+		ctx := context.Background()
+
+		holder, err := c.Lock(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+		won := make(chan *Lock, 1)
+		go func() {
+			l, err := c.Lock(ctx, "job", 10*time.Second)
+			if assert.NoError(t, err) {
+				won <- l
+			}
+		}()
+		synctest.Wait() // queued on the masters, behind the holder
+
+		minter.fail.Store(true)
+		require.NoError(t, holder.Unlock(ctx)) // passed on in-process; the take fails
+		synctest.Wait()
+		assert.EqualValues(t, 1, c.passed.Load(), "the lock was not passed on in-process")
+		mu.Lock()
+		assert.Empty(t, removed, "a release removed the entry of a waiter still queued")
+		mu.Unlock()
+
+		minter.fail.Store(false)
+		select {
+		case l := <-won:
+			synctest.Wait() // the calls of its round that outlive the majority
+			for i, s := range servers {
+				v, ok := s.Get("lock:job")
+				assert.True(t, ok && v == l.Token(), "master %d does not hold the waiter's key", i)
+			}
+			require.NoError(t, l.Unlock(ctx))
+		case <-time.After(20 * time.Second):
+			t.Fatal("the waiter never took the lock")
+		}
+	})
+}
