@@ -396,6 +396,14 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 				out[i].state.Store(releasedNotOurs)
 				return
 			}
+			if enough != nil {
+				// A master whose acquiring call failed may have answered
+				// since (a pause that ended, a timeout of the past): its
+				// release counts like any other, and a majority that
+				// confirmed without it still returns at once.
+				l.releaseOne(ctx, i, &out[i], args)
+				return
+			}
 			// A master in trouble: release it without holding up the caller.
 			go func() {
 				ctx, cancel := context.WithTimeout(detached, c.cfg.nodeTimeout)

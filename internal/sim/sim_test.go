@@ -81,6 +81,9 @@ var regressions = []uint64{
 	2584754950384275580, // an Unlock after a renewer's failed Extend took three node timeouts (the checker's bound was two)
 	614920859905071824,  // a fenced TryLock of a suspended client waited out the counter's timeout (the checker's bound left the mint out)
 	2671326905192134366, // a key handed after a failed Extend to the lock's own queue entry, left on a master that was down when the lock was won (the checker's window began at the Extend)
+	4480757040280648712, // Unlock did not wait for the release of a master whose acquiring call had failed, and answered ErrQuorumUnavailable for a lock released on a majority
+	4480757040280666823, // the same bug
+	4480757040280669688, // the same bug
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
