@@ -33,7 +33,7 @@ test: deps lint
 	@$(PREBUILD) $(PKGS) >/dev/null 2>&1 || true
 	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
 	$(GO) test -count=1 -run TestSimReplays -timeout 5m ./internal/sim/
-	$(GO) test -tags simbugs -count=1 -run TestSimFindsBugs -sim.hunt 200 -timeout 5m ./internal/sim/
+	$(GO) test -tags simbugs -count=1 -timeout 5m ./internal/sim/ -run TestSimFindsBugs -sim.hunt 200
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && { $(PREBUILD) ./... >/dev/null 2>&1 || true; } && $(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
