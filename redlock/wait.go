@@ -386,9 +386,16 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	if probeLost(round) && !known {
 		// Only the probe master answered: its holder is the one that
 		// won the others after it (or releases it when it did not).
+		// When its key is gone since it refused (the holder's release
+		// landed between that call and this read, its message drained
+		// above), the next attempt may win there: at once, not after
+		// the poll interval.
 		for _, r := range replies {
-			if r.OK && r.PTTL >= 0 && r.Token != "" {
+			switch {
+			case r.OK && r.PTTL >= 0 && r.Token != "":
 				free, known, holder = time.Duration(r.PTTL)*time.Millisecond, true, r.Token
+			case r.OK && r.PTTL == -2 && holder == "":
+				free, known = 0, true
 			}
 		}
 	}

@@ -86,3 +86,65 @@ func TestOwnUndoDoesNotWake(t *testing.T) {
 		})
 	}
 }
+
+// releasedAfterProbe is the probe master as a waiter sees it when the
+// holder's release lands there just after the waiter's probe was refused:
+// the refusal comes back, and the key is gone (del deletes it).
+type releasedAfterProbe struct {
+	full
+	key   string
+	armed *atomic.Bool
+	del   func()
+}
+
+func (r releasedAfterProbe) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	ok, err := r.full.SetNX(ctx, key, value, ttl)
+	if err == nil && !ok && key == r.key && r.armed.CompareAndSwap(true, false) {
+		r.del()
+	}
+	return ok, err
+}
+
+// TestProbeLostToReleasedKeyVirtual: a waiter whose probe was refused by a
+// key that its holder's release removed before the waiter read who holds
+// it (the release's message drained with the rest) tries again at once.
+// It waited for its poll interval (an hour here) instead: the conformance
+// suite's PushWakeUp failed so under load, with the valkey driver.
+func TestProbeLostToReleasedKeyVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		holderClient := virtualClient(t, masters)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		holder, err := holderClient.TryLock(ctx, "job", time.Hour)
+		require.NoError(t, err)
+		synctest.Wait()
+
+		probed := make([]Master, len(masters))
+		copy(probed, masters)
+		c := virtualClient(t, probed, WithRetry(0, time.Hour, 0))
+		p := c.probeMaster("job")
+		var armed atomic.Bool
+		c.masters[p] = releasedAfterProbe{full: masters[p].(full), key: "lock:job", armed: &armed, del: func() { servers[p].Del("lock:job") }}
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.Lock(ctx, "job", 30*time.Second)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // refused everywhere (not probed yet: a first attempt), waiting an hour
+		armed.Store(true)
+		// The holder's release on the other two masters: their messages
+		// wake the waiter, whose probe then finds the key on master p.
+		for i := range masters {
+			if i != p {
+				_, err := masters[i].Eval(ctx, releaseScript, holder.keys, holder.releaseArgs()...)
+				require.NoError(t, err)
+			}
+		}
+		assert.NoError(t, <-got, "the waiter waited for its poll interval")
+		assert.False(t, armed.Load(), "the probe was not refused by the key its release then removed")
+	})
+}
