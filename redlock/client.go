@@ -362,6 +362,11 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
 
+	if q != nil {
+		// Lost, the attempt is undone with its entry put back where it
+		// took the key (release.lua); won, it is not used.
+		l.requeue = []any{l.token, q.ID, q.At, q.ttlMS}
+	}
 	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
 		return nil, round, c.roundError(ctx, round, released)
@@ -380,7 +385,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	l.until = deadline
 	// Its release goes to every master: one that refused a queued attempt
 	// may have handed the key to its token since.
-	l.queued = false
+	l.queued, l.requeue = false, nil
 	return l, nil, nil
 }
 

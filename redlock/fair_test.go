@@ -465,3 +465,54 @@ func TestHandoffPublishedToHeadsClient(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, driver.Push{Channel: key, Payload: "holder2"}, msg)
 }
+
+// TestLostAttemptKeepsPlace: a queued waiter's attempt that took a free key
+// as the queue's head left the queue there; when the attempt lost (too few
+// masters), its undo puts the entry back at its stamp (release.lua), so
+// that a later arrival queued on that master, with a claim, is not handed
+// the key by the undo and does not come first at the next release.
+// Without it a later waiter collected a majority first (simulator seed
+// 4480757040280684745).
+func TestLostAttemptKeepsPlace(t *testing.T) {
+	s := memredis.New()
+	ctx := context.Background()
+	const key = "lock:place"
+	early, late := "00000000000001aaaaaaaa00000001", "00000000000002bbbbbbbb00000002"
+	attempt := func(id string, stamp int64, token, claim string) []any {
+		t.Helper()
+		prefix, _, _ := strings.Cut(token, ".")
+		got, err := s.Conn().Eval(ctx, fairLockScript, []string{key}, token, 2000, id, stamp, 3000, id[14:22], prefix, claim)
+		require.NoError(t, err)
+		return got.([]any)
+	}
+	undo := func(id string, stamp int64, token string) {
+		t.Helper()
+		n, err := s.Conn().Eval(ctx, releaseScript, []string{key}, token, id, stamp, 3000)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, "the undo did not find its key")
+	}
+	q, _, h, _ := queueKeys(key)
+
+	require.Equal(t, []any{int64(1)}, attempt(early, 1, "a.1", ""), "the head takes the free key")
+	require.Equal(t, int64(0), attempt(late, 2, "b.1", "1")[0], "the later waiter queues behind the key")
+	undo(early, 1, "a.1") // the early waiter lost on the other masters
+	v, ok := s.Get(key)
+	assert.False(t, ok, "the undo handed the key to %q, a later arrival", v)
+	first, err := s.Conn().Eval(ctx, driver.NewScript("return redis.call('ZRANGE', KEYS[1], 0, 0)"), []string{q})
+	require.NoError(t, err)
+	assert.Equal(t, []any{early}, first, "the early waiter lost its place")
+	assert.Equal(t, int64(0), attempt(late, 2, "b.2", "1")[0], "the later waiter took the key ahead of the early one")
+	assert.Equal(t, []any{int64(1)}, attempt(early, 1, "a.2", ""), "the early waiter's next attempt takes the key")
+
+	// An undo that finds an earlier waiter queued ahead hands the key on to it.
+	_, err = s.Conn().Eval(ctx, releaseScript, []string{key}, "a.2")
+	require.NoError(t, err)
+	require.Equal(t, []any{int64(1)}, attempt(late, 2, "b.3", ""), "the later waiter takes the free key as the head")
+	require.Equal(t, int64(0), attempt(early, 1, "a.3", "1")[0], "the early waiter queues, claiming")
+	undo(late, 2, "b.3")
+	v, _ = s.Get(key)
+	assert.Equal(t, "a.3", v, "the undo did not hand the key to the waiter ahead")
+	claims, err := s.Conn().Eval(ctx, driver.NewScript("if redis.call('HGET', KEYS[1], ARGV[1]) then return 1 end return 0"), []string{h}, early)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), claims, "the handoff left a claim behind")
+}

@@ -36,6 +36,7 @@ type Lock struct {
 	queued   bool          // round was a queued waiter's (fair_lock.lua)
 	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
 	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
+	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (release.lua)
 	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 
 	op opLock // serialises Unlock and Extend
@@ -388,6 +389,10 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 			// type would have failed it. (Entries left behind by passOn
 			// are removed there too, by the release.)
 			out[i].state.Store(releasedNotOurs)
+			return
+		}
+		if err == nil && agreed && l.requeue != nil {
+			l.releaseOne(ctx, i, &out[i], l.requeue)
 			return
 		}
 		if err != nil {

@@ -84,6 +84,7 @@ var regressions = []uint64{
 	4480757040280648712, // Unlock did not wait for the release of a master whose acquiring call had failed, and answered ErrQuorumUnavailable for a lock released on a majority
 	4480757040280666823, // the same bug
 	4480757040280669688, // the same bug
+	4480757040280684745, // a queued waiter's lost attempt left the queue on the masters where it had taken the key, and a later arrival queued there was handed the lock first
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
