@@ -287,6 +287,13 @@ func TestBreaker(t *testing.T) {
 		ok, probe = h.enter(now, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
+		// A call at the very instant of the probe probes with it (which of
+		// two rounds begun at one instant probes must not depend on which
+		// goroutine ran first).
+		ok, probe = h.enter(now, timeout)
+		require.True(t, ok, "a call at the instant of the probe")
+		require.True(t, probe)
+		h.abstain(probe)
 		ok, _ = h.enter(now+ms, timeout)
 		assert.False(t, ok, "a second call while the probe runs")
 		h.exit(now+2*ms, true, false) // the probe failed without a reply

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,10 @@ func (c *Client) probeMaster(resource string) int {
 // hangs) or every call that returned in that time failed without a reply
 // (it is down). Time it spent idle does not count. A round then
 // does not call it but counts it as failed at once, except for a probe: one
-// at a time, at most one per node timeout. The first reply (to the probe or
+// at a time, at most one per node timeout (the calls that come at the very
+// instant of a probe, by the client's clock, probe with it: which of two
+// rounds begun at one instant probes does not then depend on which
+// goroutine ran first, and the simulator's seeds replay). The first reply (to the probe or
 // to a call that was stuck) closes the breaker. Whether out or not, a call
 // to a hung master holds a goroutine for at most the node timeout, except
 // those that got a pooled connection: they wait in a read until go-redis's
@@ -62,8 +66,9 @@ type health struct {
 	lastReply  atomic.Int64 // when the master last replied, in ns on the client's clock
 	failedLast atomic.Bool  // the last call that returned got no reply
 	failing    atomic.Int64 // when the calls began to fail without a reply
-	lastProbe  atomic.Int64 // when the last probe started
-	probing    atomic.Bool
+	probeMu    sync.Mutex
+	lastProbe  int64 // when the last probe started; probeMu guards it and probes
+	probes     int   // probes in flight
 	// The last call that got no reply, for the errors of calls that then
 	// time out (see masterError).
 	lastFailure   atomic.Pointer[failure]
@@ -90,10 +95,16 @@ func (h *health) enter(now, timeout int64) (ok, probe bool) {
 	hangs := n > 0 && now-h.busySince.Load() > quiet
 	down := h.failedLast.Load() && now-h.failing.Load() > quiet
 	if now-h.lastReply.Load() > quiet && (hangs || down) {
-		if now-h.lastProbe.Load() < timeout || !h.probing.CompareAndSwap(false, true) {
+		h.probeMu.Lock()
+		ok := h.probes == 0 && now-h.lastProbe >= timeout || h.probes > 0 && now == h.lastProbe
+		if ok {
+			h.probes++
+			h.lastProbe = now
+		}
+		h.probeMu.Unlock()
+		if !ok {
 			return false, false
 		}
-		h.lastProbe.Store(now)
 		probe = true
 	}
 	if n == 0 {
@@ -118,9 +129,16 @@ func (h *health) exit(now int64, probe, replied bool) (back bool) {
 	}
 	h.inflight.Add(-1)
 	if probe {
-		h.probing.Store(false)
+		h.probeDone()
 	}
 	return back
+}
+
+// probeDone ends a probe.
+func (h *health) probeDone() {
+	h.probeMu.Lock()
+	h.probes--
+	h.probeMu.Unlock()
 }
 
 // abstain is exit for a call that tells nothing of the master: the
@@ -128,7 +146,7 @@ func (h *health) exit(now int64, probe, replied bool) (back bool) {
 func (h *health) abstain(probe bool) {
 	h.inflight.Add(-1)
 	if probe {
-		h.probing.Store(false)
+		h.probeDone()
 	}
 }
 
