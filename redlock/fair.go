@@ -127,10 +127,24 @@ func (c *Client) stamp() int64 {
 // its client queued on the resource: a plain SET NX would lose. It queues
 // behind them, here first: its entry goes to the masters when it is next
 // in line (a release nudges it), or at the refresh.
+//
+// A fair Lock call that finds none, on a resource this client waited on
+// within the last second (its channel still subscribed), queues at once
+// too: its first attempt is a queued one, which takes a free key as a
+// plain SET NX would, and on a resource others take turns on it saves the
+// plain round that would only lose (with clients that each run one
+// goroutine, one round in every two a section cost).
 func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 	c := lw.c
 	key := "lock:" + lw.resource
-	if c.cfg.fairTTL <= 0 || lw.multi != nil || !c.line.WaitedOn(key) {
+	if c.cfg.fairTTL <= 0 || lw.multi != nil {
+		return nil
+	}
+	if !c.line.WaitedOn(key) {
+		if c.push.Subscribed(key) {
+			lw.w = c.joinWait(key)
+			lw.q = c.enqueue(key, lw.ttl, lw.w, lw.rnd)
+		}
 		return nil
 	}
 	lw.w = c.joinWait(key)

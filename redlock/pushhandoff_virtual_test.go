@@ -343,3 +343,56 @@ func TestRecentWaiterAsksOneMasterFirst(t *testing.T) {
 		require.NoError(t, r.l.Unlock(ctx))
 	})
 }
+
+// TestRecentFairWaiterQueuesAtOnce: the fair twin: a fresh Lock of a fair
+// client on a resource it waited on within the last second makes a queued
+// attempt first, with no plain SET NX round (it would only lose where
+// others take turns); once the second has passed, an uncontended Lock takes
+// the key with the plain round again.
+func TestRecentFairWaiterQueuesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		other := virtualClient(t, masters, WithFairness(time.Second))
+		c := virtualClient(t, masters, WithFairness(time.Second))
+		sets := func() (n int) {
+			for _, s := range servers {
+				n += s.Calls("set")
+			}
+			return n
+		}
+
+		// Wait once: c's Lock loses to other's lock, queues and waits.
+		held, err := other.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		got := lockAsync(ctx, c, "job", time.Minute)
+		synctest.Wait()
+		require.NoError(t, held.Unlock(ctx))
+		r := <-got
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Unlock(ctx))
+		held, err = other.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+
+		// Within the second: no SET NX, a queued attempt, and the lock
+		// once other releases it.
+		synctest.Wait()
+		before := sets()
+		got = lockAsync(ctx, c, "job", time.Minute)
+		synctest.Wait()
+		assert.Equal(t, before, sets(), "a recent fair waiter's Lock began with a plain round")
+		require.NoError(t, held.Unlock(ctx))
+		r = <-got
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Unlock(ctx))
+
+		// A second later, uncontended: the plain round, which wins.
+		time.Sleep(2 * time.Second)
+		before = sets()
+		l, err := c.Lock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, before+len(servers), sets(), "an uncontended Lock did not take the plain round")
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
