@@ -34,6 +34,24 @@ import (
 // t.Cleanup. The suite kills, pauses and resumes servers behind it.
 type NewConn func(t testing.TB, addr string) driver.Conn
 
+// RunFull is [Run] for an adapter that has every capability, push wake-up
+// ([driver.Subscriber]) and inspection ([driver.Inspector]): a Conn that
+// lacks one fails the suite instead of skipping its subtest, so that an
+// adapter that loses one cannot pass unnoticed. This project's adapters run
+// it.
+func RunFull(t *testing.T, newConn NewConn) {
+	t.Run("Capabilities", func(t *testing.T) {
+		conn, _, _ := server(t, newConn)
+		if _, ok := conn.(driver.Subscriber); !ok {
+			t.Errorf("%T has no push wake-up (driver.Subscriber)", conn)
+		}
+		if _, ok := conn.(driver.Inspector); !ok {
+			t.Errorf("%T has no Inspector (driver.Inspector)", conn)
+		}
+	})
+	Run(t, newConn)
+}
+
 // callTimeout bounds each check's calls: far above what a loaded machine
 // needs, far below the test binary's own timeout.
 const callTimeout = 30 * time.Second

@@ -14,14 +14,14 @@ import (
 
 func plain(t testing.TB, addr string) driver.Conn { return goredis.Conn(redistest.Client(t, addr)) }
 
-func TestConformance(t *testing.T) { drivertest.Run(t, plain) }
+func TestConformance(t *testing.T) { drivertest.RunFull(t, plain) }
 
 // BenchmarkLock: plain go-redis clients (a pool of connections per master).
 func BenchmarkLock(b *testing.B) { drivertest.Bench(b, plain) }
 
 // TestConformanceAutoPipeliner: go-redis's experimental auto-pipelining
 // client, one batched connection per master.
-func TestConformanceAutoPipeliner(t *testing.T) { drivertest.Run(t, autoPipelined) }
+func TestConformanceAutoPipeliner(t *testing.T) { drivertest.RunFull(t, autoPipelined) }
 
 // BenchmarkLockAutoPipeliner: the same through go-redis's AutoPipeliner.
 func BenchmarkLockAutoPipeliner(b *testing.B) { drivertest.Bench(b, autoPipelined) }

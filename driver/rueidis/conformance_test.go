@@ -40,7 +40,7 @@ func BenchmarkLock(b *testing.B) {
 }
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+	drivertest.RunFull(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
 }
 
 // BenchmarkLockBatched: the same with the options of batched.
@@ -52,5 +52,5 @@ func BenchmarkLockBatched(b *testing.B) {
 // connection (a hung master's calls queue behind one another), not what
 // the adapter promises.
 func TestConformanceBatched(t *testing.T) {
-	drivertest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
+	drivertest.RunFull(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
 }
