@@ -140,15 +140,15 @@ func (lw *lockWait) queueBehindOurs(ctx context.Context) error {
 	if c.cfg.fairTTL <= 0 || lw.multi != nil {
 		return nil
 	}
-	if !c.line.WaitedOn(key) {
-		if c.push.Subscribed(key) {
-			lw.w = c.joinWait(key)
-			lw.q = c.enqueue(key, lw.ttl, lw.w, lw.rnd)
-		}
+	ours := c.line.WaitedOn(key)
+	if !ours && !c.push.Subscribed(key) {
 		return nil
 	}
 	lw.w = c.joinWait(key)
 	lw.q = c.enqueue(key, lw.ttl, lw.w, lw.rnd)
+	if !ours {
+		return nil // the first attempt is a queued one
+	}
 	if c.cfg.hooks.Waiting != nil {
 		lw.waiting = true // before it can be seen listed
 		c.cfg.hooks.Waiting(1)

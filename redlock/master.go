@@ -53,8 +53,8 @@ func (c *Client) probeMaster(resource string) int {
 // at a time, at most one per node timeout (the calls that come at the very
 // instant of a probe, by the client's clock, probe with it: which of two
 // rounds begun at one instant probes does not then depend on which
-// goroutine ran first, and the simulator's seeds replay). The first reply (to the probe or
-// to a call that was stuck) closes the breaker. Whether out or not, a call
+// goroutine ran first, and a simulated schedule replays its trace). The
+// first reply (to the probe or to a call that was stuck) closes the breaker. Whether out or not, a call
 // to a hung master holds a goroutine for at most the node timeout, except
 // those that got a pooled connection: they wait in a read until go-redis's
 // ReadTimeout, at most PoolSize of them. So what a hung master holds is at

@@ -317,28 +317,19 @@ func TestRecentWaiterAsksOneMasterFirst(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 
 		// Wait once: c's Lock loses to other's lock and waits for it.
-		held, err := other.TryLock(ctx, "job", time.Minute)
-		require.NoError(t, err)
-		got := lockAsync(ctx, c, "job", time.Minute)
-		synctest.Wait()
-		require.NoError(t, held.Unlock(ctx))
-		r := <-got
-		require.NoError(t, r.err)
-		require.NoError(t, r.l.Unlock(ctx))
-		held, err = other.TryLock(ctx, "job", time.Minute)
-		require.NoError(t, err)
+		held := waitOnce(t, ctx, c, other)
 
 		// Within the second: the fresh Lock's first attempt asks the probe
 		// master, which refuses, and no other.
 		synctest.Wait()
 		probe0, rest0 := sets()
-		got = lockAsync(ctx, c, "job", time.Minute)
+		got := lockAsync(ctx, c, "job", time.Minute)
 		synctest.Wait()
 		probe, rest = sets()
 		assert.Equal(t, 1, probe-probe0, "the first attempt did not ask the probe master")
 		assert.Equal(t, 0, rest-rest0, "the first attempt of a recent waiter asked every master")
 		require.NoError(t, held.Unlock(ctx))
-		r = <-got
+		r := <-got
 		require.NoError(t, r.err)
 		require.NoError(t, r.l.Unlock(ctx))
 	})
@@ -363,26 +354,17 @@ func TestRecentFairWaiterQueuesAtOnce(t *testing.T) {
 		}
 
 		// Wait once: c's Lock loses to other's lock, queues and waits.
-		held, err := other.TryLock(ctx, "job", time.Minute)
-		require.NoError(t, err)
-		got := lockAsync(ctx, c, "job", time.Minute)
-		synctest.Wait()
-		require.NoError(t, held.Unlock(ctx))
-		r := <-got
-		require.NoError(t, r.err)
-		require.NoError(t, r.l.Unlock(ctx))
-		held, err = other.TryLock(ctx, "job", time.Minute)
-		require.NoError(t, err)
+		held := waitOnce(t, ctx, c, other)
 
 		// Within the second: no SET NX, a queued attempt, and the lock
 		// once other releases it.
 		synctest.Wait()
 		before := sets()
-		got = lockAsync(ctx, c, "job", time.Minute)
+		got := lockAsync(ctx, c, "job", time.Minute)
 		synctest.Wait()
 		assert.Equal(t, before, sets(), "a recent fair waiter's Lock began with a plain round")
 		require.NoError(t, held.Unlock(ctx))
-		r = <-got
+		r := <-got
 		require.NoError(t, r.err)
 		require.NoError(t, r.l.Unlock(ctx))
 
@@ -395,4 +377,22 @@ func TestRecentFairWaiterQueuesAtOnce(t *testing.T) {
 		assert.Equal(t, before+len(servers), sets(), "an uncontended Lock did not take the plain round")
 		require.NoError(t, l.Unlock(ctx))
 	})
+}
+
+// waitOnce makes c's Lock of "job" wait once: it loses to a lock of
+// other's, is woken by its release and wins; then other takes "job" again,
+// and that lock is returned, held.
+func waitOnce(t *testing.T, ctx context.Context, c, other *Client) *Lock {
+	t.Helper()
+	held, err := other.TryLock(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	got := lockAsync(ctx, c, "job", time.Minute)
+	synctest.Wait()
+	require.NoError(t, held.Unlock(ctx))
+	r := <-got
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Unlock(ctx))
+	held, err = other.TryLock(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	return held
 }
