@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"quorumlock.dev/internal/critical"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
 )
@@ -64,7 +65,7 @@ func BenchmarkHandoff(b *testing.B) {
 					if !last {
 						may[1-k] <- struct{}{}
 					}
-					time.Sleep(hold)
+					critical.Hold(hold)
 					if err := l.Unlock(ctx); err != nil {
 						done <- err
 						return
@@ -85,7 +86,7 @@ func BenchmarkHandoff(b *testing.B) {
 			go side(0)
 			go side(1)
 			may[0] <- struct{}{}
-			time.Sleep(hold)
+			critical.Hold(hold)
 			if err := first.Unlock(ctx); err != nil {
 				b.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
+	"quorumlock.dev/internal/critical"
 	"quorumlock.dev/redlock"
 )
 
@@ -195,7 +196,7 @@ func (w *worker) contend(ctx context.Context, cfg Config, v *variant, end time.T
 			w.sections++
 		}
 		if cfg.Hold > 0 {
-			time.Sleep(cfg.Hold)
+			critical.Hold(cfg.Hold)
 		}
 		// Let go in our books before the masters do, so the next holder
 		// never counts us. The section ends when Unlock is called: a release

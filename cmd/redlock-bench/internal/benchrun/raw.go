@@ -12,6 +12,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/critical"
 	"quorumlock.dev/redlock"
 )
 
@@ -114,7 +115,7 @@ func (w *worker) runRaw(ctx context.Context, cfg Config, v *variant, end time.Ti
 			continue
 		}
 		if cfg.Hold > 0 {
-			time.Sleep(cfg.Hold)
+			critical.Hold(cfg.Hold)
 		}
 		if err := v.raw.unlock(ctx, key, h); err != nil {
 			w.errored(err)

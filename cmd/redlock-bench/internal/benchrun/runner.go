@@ -29,6 +29,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/critical"
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/redlock"
 
@@ -763,7 +764,7 @@ func (w *worker) run(ctx context.Context, cfg Config, v *variant, end time.Time,
 			continue
 		}
 		if cfg.Hold > 0 {
-			time.Sleep(cfg.Hold)
+			critical.Hold(cfg.Hold)
 		}
 		if err := l.Unlock(ctx); err != nil {
 			w.errored(err)
