@@ -54,6 +54,7 @@ var allowed = map[string][]string{
 	"internal/redistest":               {"internal/childproc/childproctest", "internal/redisserver"},
 	"internal/pgtest":                  {"internal/childproc/childproctest", "internal/pgserver"},
 	"internal/faultproxy":              nil,
+	"internal/critical":                nil,
 	"internal/clockshim":               {"internal/childproc"},
 	"internal/layering":                nil,
 }
