@@ -12,11 +12,12 @@ import (
 // epoll_wait, whose timeout is whole milliseconds, so a sleep that a
 // network event interrupts waits a whole millisecond for what was left of
 // it. In the contended benchmark's rows of separate clients, where a
-// waiter's round ends during every hold, time.Sleep(1ms) took 1.0-2.1 ms,
-// 1.74 ms on average; in the rows whose other goroutines were idle, 1.14
-// ms: rows compared holds of different lengths. A section's real work (a
-// write, a query) ends with an event, which is not rounded so; with Hold,
-// every row's 1 ms hold took 1.09-1.11 ms on average.
+// waiter's round ends during every hold, time.Sleep(1ms) took 1.74 ms on
+// average (p10 1.54 ms, p99 2.06 ms); in the rows whose other goroutines
+// were idle, 1.14 ms: rows compared holds of different lengths. A
+// section's real work (a write, a query) ends with an event, which is not
+// rounded so; with Hold, a 1 ms hold took 1.08-1.11 ms on average in every
+// row of one process (docs/benchmarks.md, "A 1 ms hold that lasts 1 ms").
 func Hold(d time.Duration) {
 	ts := syscall.NsecToTimespec(d.Nanoseconds())
 	for {
