@@ -338,6 +338,8 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 			switch {
 			case q != nil:
 				return c.fairCall(ctx, m, i, q, rep, l.token, ttl.Milliseconds())
+			case i == p && len(l.keys) == 1:
+				return probeCall(ctx, m, l, ttl.Milliseconds())
 			case len(l.keys) == 1:
 				return m.SetNX(ctx, l.keys[0], l.token, ttl)
 			}
@@ -417,6 +419,36 @@ func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
 		}
 	}
 	return nil
+}
+
+// probeCall is a probed attempt's call to the master it asks first, m:
+// SET NX, and on a refusal who holds the key there (scripts/probe.lua),
+// kept in l.probed for the wait that follows. The other calls of the round
+// start after it returns: nothing else writes l.probed.
+func probeCall(ctx context.Context, m driver.Conn, l *Lock, ttlMS int64) (bool, error) {
+	v, err := m.Eval(ctx, probeScript, l.keys, l.token, ttlMS)
+	if err != nil {
+		return false, err
+	}
+	switch v := v.(type) {
+	case int64:
+		switch v {
+		case 1:
+			return true, nil
+		case 0:
+			return false, nil // a key of another type, read again after the loss
+		}
+	case []any:
+		if len(v) == 2 {
+			h := push.Holder{}
+			h.Token, _ = v[0].(string)
+			if h.PTTL, h.OK = v[1].(int64); h.OK {
+				l.probed = h
+				return false, nil
+			}
+		}
+	}
+	return false, fmt.Errorf("%w: %v (%T) from the probe script", driver.ErrUnexpectedReply, v, v)
 }
 
 // abandon releases the key of a failed attempt on every master, with a

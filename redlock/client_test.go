@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/clockdrift"
 
@@ -548,9 +549,11 @@ func (stallAcquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h stallAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		acquire := cmd.Name() == "set" ||
-			(cmd.Name() == "evalsha" && len(args) > 1 && args[1] == acquireAllScript.Hash()) ||
-			(cmd.Name() == "eval" && len(args) > 1 && args[1] == acquireAllLua)
+		acquire := cmd.Name() == "set"
+		for _, s := range []*driver.Script{acquireAllScript, probeScript} {
+			acquire = acquire || (cmd.Name() == "evalsha" && len(args) > 1 && args[1] == s.Hash()) ||
+				(cmd.Name() == "eval" && len(args) > 1 && args[1] == s.Source())
+		}
 		if acquire && h.stall() {
 			<-ctx.Done()
 			cmd.SetErr(ctx.Err())
@@ -568,6 +571,15 @@ type countingMaster struct {
 func (m countingMaster) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	m.sets.Add(1)
 	return m.full.SetNX(ctx, key, value, ttl)
+}
+
+// Eval counts the probe script, whose SET NX is an attempt's first (see
+// probeCall).
+func (m countingMaster) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	if script == probeScript {
+		m.sets.Add(1)
+	}
+	return m.full.Eval(ctx, script, keys, args...)
 }
 
 // TestMutualExclusion: many goroutines share one client and fight for one

@@ -12,6 +12,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // Lock is a held lock, safe for concurrent use (Unlock and Extend serialised):
@@ -38,6 +39,7 @@ type Lock struct {
 	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
 	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (release.lua)
 	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
+	probed   push.Holder   // who held the key there when it refused (probeCall); OK false: not read
 
 	op opLock // serialises Unlock and Extend
 

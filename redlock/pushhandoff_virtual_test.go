@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/memredis"
 )
 
 // Handoff between clients: a release hands the key to the queue's head
@@ -229,7 +231,7 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 			results[w] = lockAsync(ctx, virtualClient(t, masters, hooks), "job", time.Minute)
 		}
 		synctest.Wait()
-		before := servers[p].Calls("set")
+		before, readsBefore := attemptCalls(servers[p]), holderReads(servers)
 		mu.Lock()
 		released = true
 		mu.Unlock()
@@ -257,7 +259,10 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 			}
 		}
 		assert.Less(t, time.Since(releasedAt), time.Second, "no waiter won at the release")
-		assert.GreaterOrEqual(t, servers[p].Calls("set")-before, waiters, "a woken waiter did not ask the probe master")
+		assert.GreaterOrEqual(t, attemptCalls(servers[p])-before, waiters, "a woken waiter did not ask the probe master")
+		// The probe's refusal said who holds the key: the waiters that lost
+		// there did not read it again (one call each, before probe.lua).
+		assert.Zero(t, holderReads(servers)-readsBefore, "holder reads after the probe master refused")
 		probeAddr := servers[p].Addr()
 		mu.Lock()
 		for w, as := range after {
@@ -284,6 +289,16 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 	})
 }
 
+// holderReads is how many holder.lua calls the servers ran (memredis
+// counts a script by its first line).
+func holderReads(servers []*memredis.Server) (n int) {
+	first, _, _ := strings.Cut(holderLua, "\n")
+	for _, s := range servers {
+		n += s.Calls(first)
+	}
+	return n
+}
+
 // TestRecentWaiterAsksOneMasterFirst: a fresh Lock of a client that waited
 // on the resource within the last second (its subscription lingers) asks
 // the probe master first, as a woken waiter does: a releaser taking its
@@ -299,9 +314,9 @@ func TestRecentWaiterAsksOneMasterFirst(t *testing.T) {
 		sets := func() (probe, rest int) {
 			for i, s := range servers {
 				if i == p {
-					probe += s.Calls("set")
+					probe += attemptCalls(s)
 				} else {
-					rest += s.Calls("set")
+					rest += attemptCalls(s)
 				}
 			}
 			return probe, rest
@@ -348,7 +363,7 @@ func TestRecentFairWaiterQueuesAtOnce(t *testing.T) {
 		c := virtualClient(t, masters, WithFairness(time.Second))
 		sets := func() (n int) {
 			for _, s := range servers {
-				n += s.Calls("set")
+				n += attemptCalls(s)
 			}
 			return n
 		}

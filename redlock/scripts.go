@@ -40,4 +40,8 @@ var (
 	//go:embed scripts/holder.lua
 	holderLua    string
 	holderScript = driver.NewScript(holderLua)
+
+	//go:embed scripts/probe.lua
+	probeLua    string
+	probeScript = driver.NewScript(probeLua)
 )

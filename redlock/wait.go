@@ -50,6 +50,7 @@ type lockWait struct {
 	won      *quorum.Round
 	woken    int        // sleeps in a row that a release cut short (see afterWake)
 	probed   bool       // the last attempt asked the probe master first, and lost there
+	view     probeView  // what the probe master said of the holder then, when the waiter marked its log before
 	rnd      *rand.Rand // the call's random stream (nil: the process's; see Client.stream)
 }
 
@@ -176,11 +177,24 @@ func (lw *lockWait) try(ctx context.Context) (l *Lock, round *quorum.Round, err 
 			l.probe = c.probeMaster(lw.resource) + 1
 		}
 	}
+	// A probe's refusal says who holds the key there; the wait uses it when
+	// a release there since then cannot pass unseen (see plan).
+	marked := lw.w != nil && l.probe > 0 && lw.w.ListeningAt(l.probe-1)
 	if lw.w != nil {
 		lw.w.SetOwn(l.token)
+		if marked {
+			lw.w.Mark() // see plan: its releases from now on are logged
+		}
 	}
+	sent := l
 	l, round, err = c.attemptLock(ctx, l, lw.ttl, q)
 	lw.probed = round != nil && probeLost(round)
+	lw.view = probeView{}
+	if lw.probed && marked && sent.probed.OK {
+		// Read before the refusal's round ended: every other call of it
+		// waited for the probe's.
+		lw.view = probeView{i: sent.probe - 1, holder: sent.probed, ok: true}
+	}
 	if q != nil {
 		c.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
 		// Our entry is on the masters now: a release may hand us the lock.
@@ -220,7 +234,7 @@ func (lw *lockWait) sleep(ctx context.Context, round *quorum.Round, err error) e
 		if lw.q != nil {
 			wait = c.planQueued(lw.w, round, lw.q, wait, lw.rnd)
 		} else {
-			wait = c.plan(ctx, lw.w, round, key, wait, lw.rnd)
+			wait = c.plan(ctx, lw.w, round, key, wait, lw.rnd, lw.view)
 		}
 		wake = lw.w.Wake()
 	}
@@ -374,14 +388,28 @@ func (lw *lockWait) end(ctx context.Context) {
 
 // plan prepares w for the wait after the lost round: it returns how long
 // to sleep. A message on w's wake channel cuts the sleep short.
-func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, key string, poll time.Duration, rnd *rand.Rand) time.Duration {
+func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, key string, poll time.Duration, rnd *rand.Rand, view probeView) time.Duration {
 	// Any release until we know who holds the key wakes us; one that came
 	// before this point is seen by the read below.
 	w.Drain()
 	w.SetHolder("")
 	w.Expect(0)
 	pushed := w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
-	replies := c.readHolders(ctx, round, key)
+	var replies []push.Holder
+	if view.ok && probeLost(round) {
+		// The probe master said who held the key when it refused, which
+		// saves reading it again (one call per waiter a release wakes).
+		// What that read would add is a release since: one the log
+		// that the attempt marked holds (drained above, or not) reads as
+		// the key gone; one still to come wakes us (any, from here on).
+		replies = make([]push.Holder, len(c.masters))
+		replies[view.i] = view.holder
+		if w.ReleasedAt(view.i, view.holder.Token) {
+			replies[view.i] = push.Holder{PTTL: -2, OK: true}
+		}
+	} else {
+		replies = c.readHolders(ctx, round, key)
+	}
 	free, known, holder := push.WakeAfter(round, replies, c.quorum)
 	if probeLost(round) && !known {
 		// Only the probe master answered: its holder is the one that
@@ -432,6 +460,14 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 		return min(free, poll)
 	}
 	return free
+}
+
+// probeView is what an attempt's probe master said of the key when it
+// refused it (probeCall): master i, its holder and PTTL.
+type probeView struct {
+	i      int
+	holder push.Holder
+	ok     bool
 }
 
 // probeLost reports a round lost at its probe master: the others were

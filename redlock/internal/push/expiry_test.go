@@ -106,3 +106,77 @@ func TestHandoffRecorded(t *testing.T) {
 		t.Error("did not wake once a majority handed it the key")
 	}
 }
+
+// TestReleasedAtLogsSinceMark: after Mark, every release message is
+// logged by master and token, whether it wakes the waiter or not (its own,
+// another holder's than the one it sleeps on); the messages before Mark
+// are not; more than the log keeps reads as any release.
+func TestReleasedAtLogsSinceMark(t *testing.T) {
+	w := &Waiter{wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	w.wants("before", 1)
+	w.Mark()
+	w.SetOwn("mine")
+	w.SetHolder("other")
+	w.wants("t1", 2)      // not the holder's: no wake, logged
+	w.wants("mine", 3)    // its own: no wake, logged
+	w.wants("t2/head", 1) // a reservation for a queue's head: the released token is logged
+	for _, c := range []struct {
+		i     int
+		token string
+		want  bool
+	}{{1, "before", false}, {2, "t1", true}, {1, "t1", false}, {3, "mine", true}, {1, "t2", true}, {1, "t3", false}} {
+		if got := w.ReleasedAt(c.i, c.token); got != c.want {
+			t.Errorf("ReleasedAt(%d, %q) = %v, want %v", c.i, c.token, got, c.want)
+		}
+	}
+	w.Mark()
+	if w.ReleasedAt(2, "t1") {
+		t.Error("Mark kept the log before it")
+	}
+	for k := range seenCap {
+		w.wants("x", k)
+	}
+	if w.ReleasedAt(0, "absent") {
+		t.Error("a full log read as overflowed")
+	}
+	w.wants("x", 0)
+	if !w.ReleasedAt(0, "absent") {
+		t.Error("a log that overflowed did not read as any release")
+	}
+}
+
+// TestListeningAtAndLostSubscription: a waiter listens at a master once
+// its subscription there confirmed the channel (a PING after the SUBSCRIBE
+// came back), and not after the connection is lost; a loss makes a marked
+// log read as any release, since what came meanwhile never reached it.
+func TestListeningAtAndLostSubscription(t *testing.T) {
+	w := &Waiter{channel: "lock:job", wake: make(chan struct{}, 1), ready: make(chan struct{}, 1)}
+	s := &subscriber{i: 3, chans: map[string]*channel{"lock:job": {waiters: map[*Waiter]struct{}{w: {}}, batch: 2}}}
+	w.subs = []*subscriber{s}
+	if w.ListeningAt(3) {
+		t.Error("listening before the subscription's PING came back")
+	}
+	s.up, s.acked = true, 2
+	if !w.ListeningAt(3) {
+		t.Error("not listening once the subscription confirmed the channel")
+	}
+	if w.ListeningAt(1) {
+		t.Error("listening at a master it has no subscription on")
+	}
+	w.Mark()
+	if w.ReleasedAt(3, "holder") {
+		t.Error("a release logged that never came")
+	}
+	s.lost()
+	if w.ListeningAt(3) {
+		t.Error("listening after the connection was lost")
+	}
+	if !w.ReleasedAt(3, "holder") {
+		t.Error("a lost connection left the log as if nothing could have been missed")
+	}
+	select {
+	case <-w.wake:
+	default:
+		t.Error("a lost connection did not wake the waiter")
+	}
+}

@@ -87,7 +87,23 @@ type Waiter struct {
 	quorum int      // queued: handoffs to own that make a majority
 	got    int      // queued: releases worth waking for since the last attempt
 	need   int      // queued: how many releases make a majority free; 0: any one
+	// Since Mark: the releases published, by master (a bounded log;
+	// overflowed: more came than it keeps).
+	marked     bool
+	seen       []released
+	overflowed bool
 }
+
+// released is a release message of master i, naming token.
+type released struct {
+	i     int
+	token string
+}
+
+// seenCap bounds the log of Mark: a release wakes every waiter with a
+// message from each master, so more than this since one attempt began is
+// a busy key, read again rather than logged.
+const seenCap = 8
 
 // Join registers a waiter for channel on every master that can subscribe,
 // starting the subscriptions at the first call. After Close it subscribes
@@ -378,6 +394,11 @@ func (s *subscriber) lost() {
 	s.up, s.needPing = false, true
 	for _, ch := range s.chans {
 		for w := range ch.waiters {
+			w.mu.Lock()
+			if w.marked {
+				w.overflowed = true // what it did not receive is not in its log
+			}
+			w.mu.Unlock()
 			Signal(w.wake)
 		}
 	}
@@ -434,6 +455,13 @@ func (w *Waiter) wants(msg string, i int) bool {
 	head, to, _ := strings.Cut(head, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.marked {
+		if len(w.seen) < seenCap {
+			w.seen = append(w.seen, released{i, token})
+		} else {
+			w.overflowed = true
+		}
+	}
 	if token == w.own {
 		return false
 	}
@@ -454,6 +482,48 @@ func (w *Waiter) wants(msg string, i int) bool {
 	}
 	w.got++
 	return w.got >= w.need
+}
+
+// Mark starts a log of the release messages w receives (any token, any
+// master, whether they wake it or not), forgetting the one before: the
+// releases that [Waiter.ReleasedAt] asks about. A wait that uses what an
+// attempt read on a master, instead of reading it again after
+// [Waiter.Drain], marks before the attempt, so that a release drained in
+// between is not lost.
+func (w *Waiter) Mark() {
+	w.mu.Lock()
+	w.marked, w.seen, w.overflowed = true, w.seen[:0], false
+	w.mu.Unlock()
+}
+
+// ListeningAt reports whether master i's subscription has confirmed w's
+// channel: a release there from now on reaches w, unless the connection
+// is lost (which [Waiter.ReleasedAt] then reports as any release).
+func (w *Waiter) ListeningAt(i int) bool {
+	channel, _ := w.channels()
+	for _, s := range w.subs {
+		if s.i == i {
+			return s.confirmed(channel)
+		}
+	}
+	return false
+}
+
+// ReleasedAt reports whether, since [Waiter.Mark], master i published the
+// release of token, or more releases came than the log keeps, or a
+// subscription was lost (then any may have been).
+func (w *Waiter) ReleasedAt(i int, token string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.overflowed {
+		return true
+	}
+	for _, r := range w.seen {
+		if r.i == i && r.token == token {
+			return true
+		}
+	}
+	return false
 }
 
 // Expect has w wake only once need of the releases it wants came since its
