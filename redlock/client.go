@@ -440,9 +440,7 @@ func probeCall(ctx context.Context, m driver.Conn, l *Lock, ttlMS int64) (bool, 
 		}
 	case []any:
 		if len(v) == 2 {
-			h := push.Holder{}
-			h.Token, _ = v[0].(string)
-			if h.PTTL, h.OK = v[1].(int64); h.OK {
+			if h := holderOf(v[0], v[1]); h.OK {
 				l.probed = h
 				return false, nil
 			}

@@ -177,9 +177,7 @@ func (c *Client) fairCall(ctx context.Context, m driver.Conn, i int, q *queued, 
 	if len(vals) != 4 {
 		return false, fmt.Errorf("redlock: fair lock script replied %v", vals)
 	}
-	r := push.Holder{}
-	r.Token, _ = vals[1].(string)
-	r.PTTL, r.OK = vals[2].(int64)
+	r := holderOf(vals[1], vals[2])
 	foreign, err := foreignStamp(vals[3])
 	if err != nil {
 		return false, err

@@ -395,8 +395,9 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	w.SetHolder("")
 	w.Expect(0)
 	pushed := w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
+	lost := probeLost(round)
 	var replies []push.Holder
-	if view.ok && probeLost(round) {
+	if view.ok && lost {
 		// The probe master said who held the key when it refused, which
 		// saves reading it again (one call per waiter a release wakes).
 		// What that read would add is a release since: one the log
@@ -411,7 +412,7 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 		replies = c.readHolders(ctx, round, key)
 	}
 	free, known, holder := push.WakeAfter(round, replies, c.quorum)
-	if probeLost(round) && !known {
+	if lost && !known {
 		// Only the probe master answered: its holder is the one that
 		// won the others after it (or releases it when it did not).
 		// When its key is gone since it refused (the holder's release
@@ -442,7 +443,7 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 				held--
 			}
 		}
-		if probeLost(round) {
+		if lost {
 			held = 1
 		}
 		w.Expect(max(held-(len(c.masters)-c.quorum), 1))
@@ -481,6 +482,16 @@ func probeLost(round *quorum.Round) bool {
 	return false
 }
 
+// holderOf reads a script's reply of who holds a key, its token (nil: none)
+// and PTTL in ms, as holder.lua gives them and probe.lua and fair_lock.lua
+// give them too: OK is false when the PTTL is not an integer.
+func holderOf(token, pttl any) push.Holder {
+	h := push.Holder{}
+	h.Token, _ = token.(string)
+	h.PTTL, h.OK = pttl.(int64)
+	return h
+}
+
 // readHolders runs the holder script on the masters that refused round,
 // each bounded by the node timeout; a master that did not answer in time
 // has OK false.
@@ -500,9 +511,7 @@ func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key strin
 		if err != nil || len(vals) != 2 {
 			return false, err
 		}
-		r := push.Holder{}
-		r.Token, _ = vals[0].(string)
-		r.PTTL, r.OK = vals[1].(int64)
+		r := holderOf(vals[0], vals[1])
 		mu.Lock()
 		if !over {
 			replies[i] = r
