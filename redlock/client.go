@@ -52,6 +52,9 @@ type Client struct {
 	passed    atomic.Uint64    // ... and without a round (see passOn)
 	tag       string           // 8 hex digits in the ids of this client's queued waiters
 	stamped   atomic.Int64     // the last arrival stamp given (see stamp)
+	retries   retries          // releases that got no reply, tried again (cleanup.go)
+	flights   flights          // TryLock attempts in flight, by resource (split.go)
+	warm      warmup           // the first call to each master (warm.go)
 }
 
 // New returns a client over masters, one per independent Redis master adapted to
@@ -86,6 +89,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		cfg:       cfg,
 	}
 	c.tag = fmt.Sprintf("%08x", randUint32(c.stream()))
+	c.retries.init(len(masters))
 	c.line.Wall = wallMicros
 	if cfg.seamClock != nil {
 		c.clock = seamClock{cfg.seamClock}
@@ -126,6 +130,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	if cfg.guardInterval > 0 {
 		c.watcher = c.startWatcher()
 	}
+	c.startWarmup()
 	return c, nil
 }
 
@@ -177,14 +182,20 @@ func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
 	c.watcher.Close(by)
 	c.push.Close(by)
+	c.retries.close(by)
+	c.stopWarmup()
 	return nil
 }
 
 // TryLock makes one attempt to lock resource for ttl and returns once a
 // majority of masters agreed or became impossible, each call bounded by the
-// node timeout. A lost attempt is released on every master, even after ctx
-// ended. Errors: [ErrNotAcquired] (others hold it), [ErrQuorumUnavailable] (too
-// many masters failed), [ErrFenceUnavailable], joined with per-master errors.
+// node timeout. An attempt whose votes were split (no token holds a
+// majority) is made again after a random delay, at most 5 times, and
+// overlapping TryLock calls of one Client on one resource share one attempt
+// (docs/design.md, "Crowds"). A lost attempt is released on every master,
+// even after ctx ended. Errors: [ErrNotAcquired] (others hold it),
+// [ErrQuorumUnavailable] (too many masters failed), [ErrFenceUnavailable],
+// joined with per-master errors.
 func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
@@ -192,8 +203,7 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, c.notAttempted(err)
 	}
-	l, _, err := c.attempt(ctx, resource, ttl, nil)
-	return l, err
+	return c.tryLock(ctx, resource, ttl)
 }
 
 // Lock is [Client.TryLock] that waits: for the holder's release or expiry
@@ -294,8 +304,10 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	if err := c.admit(ctx); err != nil {
 		return nil, nil, err
 	}
+	c.warmed(ctx)
 	// Redis keeps whole milliseconds; count only what it keeps.
 	ttl = ttl.Truncate(time.Millisecond)
+	l.ttl = ttl
 	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
 	// acquire_all.lua's ARGV, one list for every master.
 	var args []any

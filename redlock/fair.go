@@ -337,7 +337,7 @@ func (lw *lockWait) takePushed(ctx context.Context) (l *Lock, err error, ok bool
 	}
 	q.latest = queuedAttempt{}
 	l = newLock(c, lw.resource, a.token)
-	l.round, l.untilBoot = quorum.Settled(agreed), untilBoot
+	l.round, l.untilBoot, l.ttl = quorum.Settled(agreed), untilBoot, a.ttl
 	if c.cfg.minter != nil {
 		if err := c.mint(ctx, l, deadline); err != nil {
 			c.abandon(ctx, l.round, l)

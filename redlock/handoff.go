@@ -165,7 +165,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	next.round = round
 	lease := c.lease(ttl)
 	deadline := start.Add(lease)
-	next.untilBoot = boot + lease
+	next.untilBoot, next.ttl = boot+lease, ttl
 
 	args := l.releaseArgs()
 	old.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {

@@ -382,7 +382,10 @@ func (m *resetMaster) SetNX(context.Context, string, string, time.Duration) (boo
 	return false, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 }
 
-func (m *resetMaster) Eval(ctx context.Context, _ *driver.Script, _ []string, _ ...any) (any, error) {
+func (m *resetMaster) Eval(ctx context.Context, s *driver.Script, _ []string, _ ...any) (any, error) {
+	if s == warmScript {
+		return int64(0), nil
+	}
 	m.releases.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()
@@ -414,7 +417,8 @@ func TestFailedMastersReleasedInTheBackground(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	assert.Less(t, elapsed, timeout/2, "the attempt waited for releases to masters that are gone")
 	for _, m := range gone {
-		assert.Eventually(t, func() bool { return m.releases.Load() == 1 }, timeout, time.Millisecond,
+		// Tried again in the background while it gets no reply.
+		assert.Eventually(t, func() bool { return m.releases.Load() >= 1 }, timeout, time.Millisecond,
 			"a master whose SET may have been applied gets its release")
 	}
 }

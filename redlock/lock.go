@@ -40,6 +40,7 @@ type Lock struct {
 	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (release.lua)
 	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 	probed   push.Holder   // who held the key there when it refused (probeCall); OK false: not read
+	ttl      time.Duration // of the keys last set: a release retried in the background stops once it passed
 
 	op opLock // serialises Unlock and Extend
 
@@ -446,7 +447,12 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 	case err != nil:
 		r.e = err
 		r.state.Store(releaseFailed)
-		if !isWrongType(err) {
+		if !driver.Replied(err) && !bugs.NoReleaseRetry {
+			// The key may be there: tried again until the master
+			// answers or the key has expired (cleanup.go).
+			l.c.cfg.logger.Info("redlock: release got no reply; retrying in the background", "master", l.c.addrs[i], "resource", l.resource, "err", err)
+			l.c.retryRelease(l, i, script, args)
+		} else if !isWrongType(err) {
 			l.c.cfg.logger.Warn("redlock: release failed; the key is left to expire", "master", l.c.addrs[i], "resource", l.resource, "err", err)
 		}
 	case n == 1:
@@ -499,6 +505,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	c.watcher.Issued(ttl)
 	ms := ttl.Milliseconds()
 	ended := ctx.Err()
+	l.ttl = max(l.ttl, ttl) // a failed Extend may have set it on some masters
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
@@ -533,7 +540,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 			// told, and a lock that ended stays ended.
 			err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
 		} else {
-			l.until, l.untilBoot = deadline, deadlineBoot
+			l.until, l.untilBoot, l.ttl = deadline, deadlineBoot, ttl
 			if l.timer != nil {
 				l.timer.Reset(l.leftLocked())
 			}

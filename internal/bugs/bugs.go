@@ -17,4 +17,5 @@ const (
 	MonotonicLeaseOnly  = false
 	ExtendKeepsKeys     = false
 	ExtendOutcomeOnDone = false
+	NoReleaseRetry      = false
 )

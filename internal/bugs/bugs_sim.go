@@ -35,4 +35,7 @@ var (
 	// only when Done had been asked for; otherwise it succeeds and moves
 	// Until of a lock that had ended (a past bug of this project).
 	ExtendOutcomeOnDone bool
+	// NoReleaseRetry: a release that got no reply is not tried again, and
+	// the key of a lost attempt is left to expire (the crowd defect).
+	NoReleaseRetry bool
 )

@@ -1,0 +1,151 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"quorumlock.dev/internal/quorum"
+)
+
+// A burst of TryLock calls on a free resource used to end with no holder:
+// a few attempts that ran at once split the masters between them, none
+// had a majority, each released what it had set, and every other call was
+// refused by those keys as if a holder had the lock. Two rules make a
+// burst end with one holder (docs/design.md, "Crowds"):
+//
+//   - Calls of one Client on one resource that overlap share one attempt
+//     (a flight): the first makes it, the others take its outcome. Won, it
+//     is the first call's lock and the others' ErrNotAcquired.
+//   - A lost attempt is a refusal only when another token holds a majority
+//     of the masters that were read. Otherwise the votes were split (no
+//     attempt holds a majority, and each of those that took part releases
+//     what it set): the attempt is made again after a random delay, up to
+//     splitRetries times, in windows that double.
+
+// splitRetries bounds the attempts a TryLock makes again after split votes.
+const splitRetries = 5
+
+// flight is the attempt that overlapping TryLock calls of one Client on
+// one resource share. Its fields are written under flights.mu; done is
+// made by the first follower (an uncontended TryLock makes no channel).
+type flight struct {
+	done chan struct{}
+	won  bool  // the first call won the lock
+	err  error // its error otherwise
+}
+
+// flights are the attempts in flight, by resource.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+// join returns the flight on resource and whether the caller leads it: a
+// leader makes the attempt and ends the flight with land; a follower waits
+// for f.done and reads f's outcome.
+func (fs *flights) join(resource string) (f *flight, lead bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f, ok := fs.m[resource]; ok {
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
+		return f, false
+	}
+	if fs.m == nil {
+		fs.m = make(map[string]*flight)
+	}
+	f = &flight{}
+	fs.m[resource] = f
+	return f, true
+}
+
+// land ends the flight f on resource with its leader's outcome.
+func (fs *flights) land(resource string, f *flight, won bool, err error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	delete(fs.m, resource)
+	if f.done != nil {
+		f.won, f.err = won, err
+		close(f.done)
+	}
+}
+
+// tryLock is TryLock once its arguments are checked: it leads the flight
+// on resource or takes the outcome of the one in the air. A follower whose
+// leader was stopped by its own context (or whose leader's attempt was
+// never made) makes an attempt of its own.
+func (c *Client) tryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	for {
+		f, lead := c.flights.join(resource)
+		if lead {
+			l, err := c.trySplit(ctx, resource, ttl)
+			c.flights.land(resource, f, err == nil, err)
+			return l, err
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redlock: not attempted: the context ended while another TryLock of this client on %q was in flight: %w", resource, ctx.Err())
+		}
+		switch {
+		case f.won:
+			return nil, fmt.Errorf("%w: another TryLock of this client won it", ErrNotAcquired)
+		case errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded):
+			continue // its caller gave up: no outcome to share
+		}
+		return nil, fmt.Errorf("redlock: the outcome of another TryLock of this client on %q: %w", resource, f.err)
+	}
+}
+
+// trySplit is one attempt, made again after a random delay while its
+// votes were split (see split): at most splitRetries more times.
+func (c *Client) trySplit(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
+	var rnd *rand.Rand = c.stream()
+	window := max(c.cfg.nodeTimeout/16, time.Millisecond)
+	var t *time.Timer
+	for k := 0; ; k++ {
+		l, round, err := c.attempt(ctx, resource, ttl, nil)
+		if err == nil || k == splitRetries || !c.split(ctx, round, resource, err) {
+			return l, err
+		}
+		wait := randN(rnd, window)
+		window = min(2*window, c.cfg.nodeTimeout)
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+// split reports a lost round (err its error) whose refusals show no other
+// token on a majority of the masters: those who set keys in it lost too,
+// and release them. It reads who holds the key on the masters that
+// refused; a round that lost to masters that failed, or to keys of
+// another type, is no split.
+func (c *Client) split(ctx context.Context, round *quorum.Round, resource string, err error) bool {
+	if round == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+		return false
+	}
+	replies := c.readHolders(ctx, round, "lock:"+resource)
+	counts := make(map[string]int, len(replies))
+	for _, r := range replies {
+		if r.OK && r.Token != "" {
+			if counts[r.Token]++; counts[r.Token] >= c.quorum {
+				return false // a holder, or the queue's head being handed it
+			}
+		}
+	}
+	return true
+}
