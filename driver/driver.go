@@ -145,10 +145,13 @@ func Describe(c Conn) Description {
 }
 
 // Label names the client for messages and duplicate checks: its address,
-// "cluster a,b,c" for a cluster, or "" when not known.
+// "cluster a,b,c" for a cluster, its Name, or "" when not known.
 func (d Description) Label() string {
-	if d.Cluster != nil {
+	switch {
+	case d.Cluster != nil:
 		return "cluster " + strings.Join(d.Cluster, ",")
+	case d.Addr == "":
+		return d.Name
 	}
 	return d.Addr
 }
@@ -158,9 +161,14 @@ type Description struct {
 	// Client is the client the Conn wraps, so that one given twice is
 	// found; nil when unknown.
 	Client any
-	// Addr is the host:port of the one server it talks to; "" when not
-	// known (a failover client follows whichever server is master).
+	// Addr is the host:port of the one server it talks to, which the lock
+	// may dial to tell why it does not answer; "" when not known (a
+	// failover client follows whichever server is master) or not on a
+	// network.
 	Addr string
+	// Name names a server that has no Addr (an in-process one) in
+	// messages; "" for none.
+	Name string
 	// Cluster lists the seed addresses of a client that spreads keys by
 	// hash slot: a script's keys need one hash tag, and INFO and TIME
 	// reach one node of several. Nil for a single server.

@@ -318,9 +318,8 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	var rep *fairReplies
 	if q != nil {
 		rep = &fairReplies{r: make([]push.Holder, len(c.masters)), foreign: make([]int64, len(c.masters))}
-		if c.line.Claims(q.Waiter) {
+		if c.line.Claims(q.Waiter) { // marks q Claimed, under the line's mutex
 			rep.claim = "1"
-			q.Claimed.Store(true)
 		}
 		q.last = rep
 		l.queued = true
@@ -330,17 +329,26 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	// agreed, or failed: then it is a plain attempt on the rest.
 	p := l.probe - 1
 	var probed chan struct{}
+	var late <-chan struct{}
 	var probeLost atomic.Bool
 	if p >= 0 {
 		probed = make(chan struct{})
+		// A probe master that has not answered within a quarter of the
+		// node timeout (hung, or slow) is not waited for: the others are
+		// asked, as in a plain round.
+		lateCtx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout/4)
+		defer cancel()
+		late = lateCtx.Done()
 	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
 		if probed != nil && i != p {
 			select {
 			case <-probed:
+			case <-late:
 			case <-ctx.Done():
-				return false, context.Cause(ctx)
+				// Never asked: this says nothing of the master.
+				return false, errNotAsked
 			}
 			if probeLost.Load() {
 				return false, errNotProbed
@@ -358,7 +366,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 			return acquireAll(ctx, m, l.keys, args)
 		})
 		if i == p {
-			probeLost.Store(err == nil && !set)
+			probeLost.Store(err == nil && !set && !l.probeWrongType)
 			close(probed)
 		}
 		// Without an error, set is false when the key was held by another
@@ -448,7 +456,10 @@ func probeCall(ctx context.Context, m driver.Conn, l *Lock, ttlMS int64) (bool, 
 		case 1:
 			return true, nil
 		case 0:
-			return false, nil // a key of another type, read again after the loss
+			// A key of another type: the others are asked too, so that
+			// a majority of such keys ends the wait (ErrWrongType).
+			l.probeWrongType = true
+			return false, nil
 		}
 	case []any:
 		if len(v) == 2 {
@@ -490,11 +501,15 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, released [
 	wrong := 0
 	for i := range c.masters {
 		err := round.Err(i)
-		if errors.Is(err, errNotProbed) {
-			continue // refused for it by the master asked first
+		if errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) {
+			continue // refused for it by the master asked first, or never asked
 		}
-		if err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()) {
+		switch {
+		case err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()):
 			err = fmt.Errorf("lock key holds another type: %w", released[i].err())
+			wrong++
+		case isWrongType(err):
+			// The fair lock script reads the key: its call fails so.
 			wrong++
 		}
 		if err != nil {

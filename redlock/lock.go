@@ -40,7 +40,9 @@ type Lock struct {
 	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (release.lua)
 	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 	probed   push.Holder   // who held the key there when it refused (probeCall); OK false: not read
-	ttl      time.Duration // of the keys last set: a release retried in the background stops once it passed
+	// probeWrongType: the probe master's key holds another type (probeCall)
+	probeWrongType bool
+	ttl            time.Duration // of the keys last set: a release retried in the background stops once it passed
 
 	op opLock // serialises Unlock and Extend
 
@@ -146,9 +148,10 @@ func (l *Lock) Fence() (uint64, bool) {
 // monotonic clock, or earlier after a suspend of the machine. A lock passed on
 // in-process ([WithFairness]) keeps its predecessor's Until, at least three
 // quarters of its own lease away. Once the lock has ended (Unlock, a failed
-// Extend or renewal, a restart seen by its guard) Until is no later than
-// when it ended: the masters may have let it go then. Work under the lock
-// must end before Until.
+// Extend or renewal) Until is no later than when it ended: the masters may
+// have let it go then. A restart seen by the guard ([WithRestartGuard])
+// does not end a held lock: it protects later acquisitions. Work under the
+// lock must end before Until.
 func (l *Lock) Until() time.Time {
 	if l == nil {
 		return time.Time{}
@@ -276,7 +279,7 @@ func (l *Lock) unlock(ctx context.Context) error {
 				// lock: nothing of it is passed on. A plain release, then
 				// q tries in a round of its own.
 				defer l.c.line.Unpick(q)
-			case covered && !q.Claimed.Load() && l.c.passable(q, until, untilBoot):
+			case covered && l.c.passable(q, until, untilBoot): // never a waiter that Claimed (fair.Line.Pick)
 				return l.passOn(ctx, q, until, untilBoot)
 			case lazy:
 				// No entry of q's for the masters to hand the key to: a

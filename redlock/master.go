@@ -20,6 +20,10 @@ var errStuck = errors.New("redlock: skipped: this master has not replied for lon
 // because the master it asked first refused (see probeMaster).
 var errNotProbed = errors.New("redlock: not asked: the master asked first refused")
 
+// errNotAsked is the call of a master that an attempt did not make because
+// the round ended while it waited for the master asked first.
+var errNotAsked = errors.New("redlock: not asked: the round ended while the master asked first had not answered")
+
 // probeMaster is the master that attempts woken by a release ask first:
 // the same for every client of resource (an FNV hash of its name), or the
 // next one whose last call got a reply and whose votes count. Only the
@@ -181,7 +185,7 @@ func evalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys [
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, errNotProbed) {
+	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) {
 		return true
 	}
 	var op *net.OpError

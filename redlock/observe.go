@@ -96,7 +96,7 @@ func (c *Client) observeVotes(call quorum.Call) quorum.Call {
 		start := time.Now()
 		agreed, err := call(ctx, i)
 		took := time.Since(start)
-		if !callerEnded(ctx, err) && !errors.Is(err, errNotProbed) {
+		if !callerEnded(ctx, err) && !errors.Is(err, errNotProbed) && !errors.Is(err, errNotAsked) {
 			voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
 		}
 		return agreed, err

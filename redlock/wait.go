@@ -489,8 +489,17 @@ func holderOf(token, pttl any) push.Holder {
 	h := push.Holder{}
 	h.Token, _ = token.(string)
 	h.PTTL, h.OK = pttl.(int64)
+	// Redis takes a PX up to ~9.2e12 ms; as a time.Duration that
+	// overflows, and a wait computed from it came out negative: every
+	// waiter retried at once until its context ended.
+	h.PTTL = min(h.PTTL, maxPTTL)
 	return h
 }
+
+// maxPTTL is the longest remaining TTL, in ms, that a waiter reads from a
+// master: a year. A key set for longer is waited for as if it ends then (a
+// release still wakes the waiters).
+const maxPTTL = int64(365 * 24 * time.Hour / time.Millisecond)
 
 // readHolders runs the holder script on the masters that refused round,
 // each bounded by the node timeout; a master that did not answer in time

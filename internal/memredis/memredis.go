@@ -396,7 +396,9 @@ func (c conn) ConfigGet(ctx context.Context, parameter string) (map[string]strin
 }
 
 func (c conn) Describe() driver.Description {
-	return driver.Description{Client: c.s, Addr: c.s.addr, NeverRetries: true}
+	// A name, not an Addr: nothing may dial it (a lock dials a master that
+	// does not answer, and a made-up host would reach DNS).
+	return driver.Description{Client: c.s, Name: c.s.addr, NeverRetries: true}
 }
 
 // run runs a script's source; s.mu is held.

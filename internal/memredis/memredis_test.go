@@ -293,3 +293,13 @@ func TestEndedContextSendsNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, set)
 }
+
+// TestDescribeHasNoDialAddress: a server in memory has a name for messages
+// but no address: the lock dials the address of a master that does not
+// answer, and a made-up host would be looked up in DNS.
+func TestDescribeHasNoDialAddress(t *testing.T) {
+	s := New()
+	d := driver.Describe(s.Conn())
+	assert.Empty(t, d.Addr, "an address the lock would dial")
+	assert.Equal(t, s.Addr(), d.Label())
+}

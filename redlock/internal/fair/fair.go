@@ -268,13 +268,25 @@ func (f *Line[L]) nextInLine(w *Waiter[L], passing bool) {
 // the one). The view may be an earlier Lock call's: a client whose
 // goroutine takes turns with other processes' waits on the key again and
 // again, each call a new waiter.
+//
+// It is decided under the Line's mutex with Pick: a waiter that a releaser
+// picked claims nothing (the pick may pass it the lock in-process), and a
+// waiter that claims is marked Claimed before any later Pick reads it, so
+// that no pass reaches it (it ends its wait through the masters).
 func (f *Line[L]) Claims(w *Waiter[L]) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if w.granting || len(w.Grant) > 0 {
+		return false
+	}
 	ws := f.m[w.Key]
 	v, ok := f.views[w.Key]
 	recent := ok && f.wall()-v.at < claimsFor.Microseconds()
-	return (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && recent && v.foreign != NoForeign
+	claims := (len(ws) == 0 || len(ws) == 1 && ws[0] == w) && recent && v.foreign != NoForeign
+	if claims {
+		w.Claimed.Store(true)
+	}
+	return claims
 }
 
 // claimsFor is how long a view of another client's waiter queued on a key
@@ -312,8 +324,9 @@ func (f *Line[L]) Attempting(w *Waiter[L], on, pending bool) bool {
 
 // Pick returns the first listed waiter on key that no releaser is handing a
 // lock to, marked as picked, or nil; whether it is covered (the lock may
-// pass to it in-process); and whether it never queued on the masters.
-// Every Pick is followed by Deliver or Unpick.
+// pass to it in-process: never to a waiter that Claimed, see Claims); and
+// whether it never queued on the masters. Every Pick is followed by
+// Deliver or Unpick.
 func (f *Line[L]) Pick(key string) (w *Waiter[L], covered, never bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -321,7 +334,7 @@ func (f *Line[L]) Pick(key string) (w *Waiter[L], covered, never bool) {
 		if !w.granting && len(w.Grant) == 0 {
 			w.granting = true
 			w.pickAttempts, w.pickAttempting = w.attempts, w.attempting || w.pending
-			return w, f.covered(w), w.pickAttempts == 0 && !w.pickAttempting
+			return w, f.covered(w) && !w.Claimed.Load(), w.pickAttempts == 0 && !w.pickAttempting
 		}
 	}
 	return nil, false, false

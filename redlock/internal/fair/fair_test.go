@@ -209,3 +209,38 @@ func TestClaims(t *testing.T) {
 	g.Observe(old, 0)
 	assert.False(t, g.Claims(old), "a view older than claimsFor counted")
 }
+
+// TestClaimAndPickExclude: whether a waiter claims the key and whether a
+// releaser may pass it the lock in-process are decided under one mutex.
+// A waiter picked by a releaser claims nothing (the pick may pass it the
+// lock, and a claim left on the masters would have a later release hand
+// the key to a waiter that is gone); a waiter that claimed is never
+// covered for a pass. Before, Claims and the releaser's read of Claimed
+// raced: a pass could reach a waiter whose attempt then wrote its claim.
+func TestClaimAndPickExclude(t *testing.T) {
+	now := time.Now().UnixMicro()
+	setup := func() (*Line[*lock], *Waiter[*lock]) {
+		f := &Line[*lock]{}
+		ws, _ := waiters(1, "k")
+		w := ws[0]
+		f.List(w)
+		w.started = now + 1
+		f.Observe(w, now-5) // another client's waiter queued earlier: w would claim
+		return f, w
+	}
+
+	f, w := setup()
+	picked, _, _ := f.Pick("k")
+	require.Equal(t, w, picked)
+	assert.False(t, f.Claims(w), "a picked waiter claimed the key")
+	assert.False(t, w.Claimed.Load())
+	f.Unpick(w)
+	assert.True(t, f.Claims(w), "once the pick ended, the waiter claims")
+
+	f, w = setup()
+	require.True(t, f.Claims(w))
+	assert.True(t, w.Claimed.Load(), "Claims marks the waiter under the mutex")
+	picked, covered, _ := f.Pick("k")
+	require.Equal(t, w, picked)
+	assert.False(t, covered, "a waiter that claimed was offered an in-process pass")
+}

@@ -49,7 +49,8 @@ func WakeAfter(round *quorum.Round, replies []Holder, need int) (free time.Durat
 		}
 	}
 	slices.Sort(at)
-	if at[need-1] == math.MaxInt64 {
+	if at[need-1] > math.MaxInt64/int64(time.Millisecond) {
+		// Never, or too far away to count in a time.Duration.
 		return 0, false, holder
 	}
 	return time.Duration(at[need-1]) * time.Millisecond, true, holder

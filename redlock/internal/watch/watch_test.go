@@ -89,6 +89,9 @@ func start(t *testing.T, masters []driver.Conn, cfg Config) (*Watcher, *recorder
 	cfg.Labels = make([]string, len(masters))
 	for i, m := range masters {
 		cfg.Labels[i] = driver.Describe(m).Addr
+		if d := driver.Describe(m); d.Addr == "" && d.Name != "" {
+			cfg.Labels[i] = d.Name // a server in memory
+		}
 		if cfg.Labels[i] == "" {
 			cfg.Labels[i] = fmt.Sprintf("master %d", i)
 		}

@@ -1,0 +1,260 @@
+package redlock
+
+// The waiting path's defects that a crowd meets, in virtual time over
+// masters in memory: a key of the wrong type, a key with a huge TTL, a
+// probe master that hangs, and releases that get no reply.
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/memredis"
+)
+
+var (
+	hashScript = driver.NewScript("redis.call('del', KEYS[1])\nreturn redis.call('hset', KEYS[1], 'f', 'v')")
+	pxScript   = driver.NewScript("return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])")
+)
+
+// eachMaster runs script on every master, as another client would.
+func eachMaster(t *testing.T, masters []Master, script *driver.Script, keys []string, args ...any) {
+	t.Helper()
+	for _, m := range masters {
+		_, err := m.Eval(context.Background(), script, keys, args...)
+		require.NoError(t, err)
+	}
+}
+
+// TestWaitingLockStopsOnWrongType: a waiting Lock, plain or fair, whose
+// resource's key turns into a hash on every master while it waits stops
+// with ErrWrongType at its next attempt. The plain waiter asked only its
+// probe master, saw one refusal and polled until its context ended; the
+// fair one's script failed on every master and it retried as
+// ErrQuorumUnavailable.
+func TestWaitingLockStopsOnWrongType(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		name := "plain"
+		if fair {
+			name = "fair"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				servers, masters := memMasters(5)
+				var opts []Option
+				if fair {
+					opts = append(opts, WithFairness(time.Second))
+				}
+				holder := virtualClient(t, masters)
+				waiter := virtualClient(t, masters, opts...)
+				ctx := context.Background()
+				held, err := holder.TryLock(ctx, "job", time.Minute)
+				require.NoError(t, err)
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				got := lockAsync(wctx, waiter, "job", time.Minute)
+				time.Sleep(time.Second)
+				synctest.Wait()
+				// Released, and at once something else takes the name
+				// with a hash on every master.
+				require.NoError(t, held.Unlock(ctx))
+				eachMaster(t, masters, hashScript, []string{"lock:job"})
+				start := time.Now()
+				r := <-got
+				require.ErrorIs(t, r.err, ErrWrongType)
+				assert.NotErrorIs(t, r.err, context.DeadlineExceeded, "it waited for its context")
+				assert.Less(t, r.at.Sub(start), 2*time.Second, "it stopped late")
+				_ = servers
+			})
+		})
+	}
+}
+
+// TestHugeTTLDoesNotSpin: a key set with a PX beyond what a time.Duration
+// holds (~9.2e12 ms; Redis takes far more, here 1e13) is waited for, not
+// spun on. The
+// wait read from the masters overflowed and came out negative, and a
+// waiting Lock retried at once until its context ended: on three masters,
+// 44,127 commands in 2 s (plain) and 240,314 (fair) on real servers.
+func TestHugeTTLDoesNotSpin(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		name := "plain"
+		if fair {
+			name = "fair"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, masters := memMasters(3)
+				var sent atomic.Int64
+				counted := make([]Master, len(masters))
+				for i, m := range masters {
+					counted[i] = countingConn{m.(full), &sent}
+				}
+				// At most 20,000 attempts: a spin ends there instead of
+				// hanging the bubble.
+				opts := []Option{WithRetry(20000, 100*time.Millisecond, 0)}
+				if fair {
+					opts = append(opts, WithFairness(time.Second))
+				}
+				c := virtualClient(t, counted, opts...)
+				eachMaster(t, masters, pxScript, []string{"lock:job"}, "squatter", int64(10_000_000_000_000))
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_, err := c.Lock(ctx, "job", time.Minute)
+				require.ErrorIs(t, err, ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				t.Logf("%d commands in 2 s: %v", sent.Load(), err)
+				// A poll every 100 ms at worst, and the fair waiter's
+				// refreshes: a few per master each time.
+				assert.Less(t, sent.Load(), int64(400), "the waiter spun on the key")
+			})
+		})
+	}
+}
+
+// hangingProbe hangs the calls of one master once hang is set.
+type hangingProbe struct {
+	full
+	hang *atomic.Bool
+}
+
+func (h hangingProbe) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	if h.hang.Load() {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return h.full.SetNX(ctx, key, value, ttl)
+}
+
+func (h hangingProbe) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	if h.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.full.Eval(ctx, s, keys, args...)
+}
+
+// TestHungProbeMasterSkipped: a waiter woken by a release asks the probe
+// master first; when that master hangs, the other masters are asked
+// after a quarter of the node timeout, and the attempt wins on them. It
+// used to wait for the probe the whole node timeout, never ask the healthy
+// masters, and report ErrQuorumUnavailable naming all of them (an outage
+// in the hooks and metrics that did not happen).
+func TestHungProbeMasterSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(5)
+		ctx := context.Background()
+		holder := virtualClient(t, masters)
+		p := holder.probeMaster("job")
+		var hang atomic.Bool
+		wrapped := append([]Master(nil), masters...)
+		wrapped[p] = hangingProbe{masters[p].(full), &hang}
+		var mu sync.Mutex
+		var attempts []error
+		waiter := virtualClient(t, wrapped, WithHooks(Hooks{
+			Attempted: func(_, _ time.Duration, err error) {
+				mu.Lock()
+				attempts = append(attempts, err)
+				mu.Unlock()
+			},
+		}))
+		held, err := holder.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		got := lockAsync(ctx, waiter, "job", time.Minute)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		hang.Store(true)
+		released := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		r := <-got
+		require.NoError(t, r.err)
+		assert.Less(t, r.at.Sub(released), waiter.cfg.nodeTimeout, "the attempt waited out the hung probe master")
+		mu.Lock()
+		defer mu.Unlock()
+		for _, err := range attempts {
+			assert.NotErrorIs(t, err, ErrQuorumUnavailable, "an outage that did not happen")
+		}
+		hang.Store(false)
+		time.Sleep(2 * waiter.cfg.nodeTimeout) // the hung call ends at its round's deadline
+		synctest.Wait()
+		assert.NoError(t, r.l.Unlock(ctx))
+	})
+}
+
+// noReplyOnce drops the reply of the first release script sent to it, as
+// a master whose answer is lost: the script ran or did not, the caller
+// cannot tell.
+type noReplyOnce struct {
+	full
+	dropped *atomic.Bool
+	ran     bool // whether the dropped call runs
+}
+
+func (n noReplyOnce) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
+	if s == releaseScript && n.dropped.CompareAndSwap(false, true) {
+		if n.ran {
+			_, _ = n.full.Eval(ctx, s, keys, args...)
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return n.full.Eval(ctx, s, keys, args...)
+}
+
+// TestLostAttemptReleaseRetried: a lost attempt whose release gets no
+// reply from a master (the key there may still be set) tries it again in
+// the background until the master answers: its key is gone within a few
+// node timeouts, not left for the TTL. Client.Close waits for such retries
+// at most one node timeout.
+func TestLostAttemptReleaseRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		var dropped atomic.Bool
+		wrapped := append([]Master(nil), masters...)
+		wrapped[4] = noReplyOnce{full: masters[4].(full), dropped: &dropped}
+		c := virtualClient(t, wrapped)
+		for _, s := range servers[:3] {
+			s.Set("lock:job", "another", time.Minute)
+		}
+		_, err := c.TryLock(context.Background(), "job", time.Minute)
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.True(t, dropped.Load(), "the release to master 4 was not sent")
+		assert.True(t, exists(servers[4], "lock:job"), "the first release removed the key")
+		time.Sleep(4 * c.cfg.nodeTimeout)
+		synctest.Wait()
+		assert.False(t, exists(servers[4], "lock:job"), "the lost attempt's key is left for its TTL")
+		assert.Zero(t, c.pendingReleases())
+	})
+}
+
+// TestCloseStopsReleaseRetries: retries to a master that never answers
+// end with Close, which returns within one node timeout; until then they
+// are tried, each bounded by the node timeout.
+func TestCloseStopsReleaseRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		c := virtualClient(t, masters)
+		for _, s := range servers[:2] {
+			s.Set("lock:job", "another", time.Minute)
+		}
+		servers[2].Hang()
+		_, err := c.TryLock(context.Background(), "job", time.Minute)
+		require.ErrorIs(t, err, ErrNotAcquired)
+		time.Sleep(10 * c.cfg.nodeTimeout)
+		assert.Equal(t, 1, c.pendingReleases(), "a release to the hung master waits to be tried again")
+		start := time.Now()
+		require.NoError(t, c.Close())
+		assert.LessOrEqual(t, time.Since(start), c.cfg.nodeTimeout)
+		servers[2].Resume()
+		synctest.Wait()
+	})
+}
+
+func exists(s *memredis.Server, key string) bool { return s.TTL(key) != -2*time.Millisecond }
