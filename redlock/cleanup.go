@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"quorumlock.dev/driver"
@@ -15,14 +16,16 @@ import (
 // (a burst of 100 callers on a loaded machine left no holder and five
 // keys of five lost attempts for a minute). So the release is tried again
 // in the background, by one goroutine per master that has releases to
-// retry, until the master replies (the script ran: the key is released or
-// was not ours) or the key's TTL since the retry was queued has passed:
-// then Redis has let it go by itself. Client.Close stops the retries and
+// retry, one try each node timeout (only the oldest release is tried while
+// the master gives no reply), until the master replies (the script ran: the
+// key is released or was not ours) or the key's TTL since the retry was
+// queued has passed:
+// then Redis has let it go by itself. A reply to any other call to that
+// master has them tried at once. Removals of fair queue entries that got
+// no reply are retried the same way. Client.Close stops the retries and
 // waits for them at most one node timeout.
 
-// retryMax bounds the wait between tries of one master's releases: the
-// first comes a node timeout after the failure, and the wait doubles after
-// each try that got no reply.
+// retryMax is the TTL assumed for a key whose TTL is not known.
 const retryMax = time.Second
 
 // maxRetries bounds the releases waiting for one master: beyond it the
@@ -45,7 +48,8 @@ type retry struct {
 type retries struct {
 	mu      sync.Mutex
 	queued  [][]retry
-	running []bool
+	running []atomic.Bool   // written under mu; read without it by replied
+	kick    []chan struct{} // a reply from the master: try now
 	closed  bool
 	ids     uint64
 	stop    chan struct{}
@@ -54,21 +58,30 @@ type retries struct {
 
 func (r *retries) init(n int) {
 	r.queued = make([][]retry, n)
-	r.running = make([]bool, n)
+	r.running = make([]atomic.Bool, n)
+	r.kick = make([]chan struct{}, n)
+	for i := range r.kick {
+		r.kick[i] = make(chan struct{}, 1)
+	}
 	r.stop = make(chan struct{})
 }
 
 // retryRelease queues a release of l's keys on master i with script and
 // args, to be tried again after its first try got no reply.
 func (c *Client) retryRelease(l *Lock, i int, script *driver.Script, args []any) {
-	ttl := l.ttl
+	c.retryScript(i, script, l.keys, args, l.ttl, l.resource)
+}
+
+// retryScript queues script on master i, for a key that expires within
+// ttl (0: unknown, retryMax).
+func (c *Client) retryScript(i int, script *driver.Script, keys []string, args []any, ttl time.Duration, res string) {
 	if ttl <= 0 {
 		ttl = retryMax
 	}
 	now, _ := c.clock.now()
 	// The drift allowance: the master's clock may run slow against ours.
 	until := now.Add(ttl + ttl/50 + c.cfg.nodeTimeout)
-	rt := retry{script: script, keys: l.keys, args: args, until: until, res: l.resource}
+	rt := retry{script: script, keys: keys, args: args, until: until, res: res}
 	r := &c.retries
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -81,10 +94,22 @@ func (c *Client) retryRelease(l *Lock, i int, script *driver.Script, args []any)
 	r.ids++
 	rt.id = r.ids
 	r.queued[i] = append(r.queued[i], rt)
-	if !r.running[i] {
-		r.running[i] = true
+	if !r.running[i].Load() {
+		r.running[i].Store(true)
 		r.wg.Add(1)
 		go c.retryLoop(i)
+	}
+}
+
+// replied tells master i's retries that a call to it got a reply: the
+// master answers again, and they are tried at once, not at the end of
+// their backoff.
+func (r *retries) replied(i int) {
+	if r.running != nil && r.running[i].Load() {
+		select {
+		case r.kick[i] <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -95,14 +120,14 @@ func (c *Client) retryRelease(l *Lock, i int, script *driver.Script, args []any)
 func (c *Client) retryLoop(i int) {
 	r := &c.retries
 	defer r.wg.Done()
-	wait := c.cfg.nodeTimeout
-	t := time.NewTimer(wait)
+	t := time.NewTimer(c.cfg.nodeTimeout)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-t.C:
+		case <-r.kick[i]:
 		}
 		for {
 			r.mu.Lock()
@@ -113,7 +138,7 @@ func (c *Client) retryLoop(i int) {
 			}
 			r.queued[i] = q
 			if len(q) == 0 || r.closed {
-				r.running[i] = false
+				r.running[i].Store(false)
 				r.mu.Unlock()
 				return
 			}
@@ -124,17 +149,15 @@ func (c *Client) retryLoop(i int) {
 			cancel()
 			if !driver.Replied(err) {
 				c.cfg.logger.Debug("redlock: release retry got no reply", "master", c.addrs[i], "resource", rt.res, "err", err)
-				wait = min(2*wait, retryMax)
 				break
 			}
-			wait = c.cfg.nodeTimeout
 			r.mu.Lock()
 			if q := r.queued[i]; len(q) > 0 && q[0].id == rt.id {
 				r.queued[i] = q[1:]
 			}
 			r.mu.Unlock()
 		}
-		t.Reset(wait)
+		t.Reset(c.cfg.nodeTimeout)
 	}
 }
 

@@ -26,10 +26,12 @@ import (
 const maxResourceLen = 512
 
 // Client takes locks on a fixed set of masters; it is safe for concurrent use.
-// Its goroutines: with [WithRestartGuard] or [WithClockMonitor], from New, one
-// watcher and at most one sample per master; from the first Lock that waits,
-// two per master that can subscribe; one per renewing Lock ([Lock.Renew]).
-// [Client.Close] ends all but the renewers.
+// Its goroutines: from New, one per master for its first call (at most 1 s);
+// with [WithRestartGuard] or [WithClockMonitor], one watcher and at most one
+// sample per master; from the first Lock that waits, two per master that can
+// subscribe; at most one per master while releases that got no reply are
+// tried again; one per renewing Lock ([Lock.Renew]). [Client.Close] ends all
+// but the renewers.
 type Client struct {
 	masters []driver.Conn
 	addrs   []string // for errors and logs
@@ -61,7 +63,9 @@ type Client struct {
 // the driver seam (go-redis: goredis.Masters(c1, c2, c3)); one master is the
 // single-instance mode. Bad options, no masters, a nil or repeated master, or one
 // that moves keys between servers (a *redis.Ring) are [ErrInvalidArgument]. New
-// does no I/O but start the watcher, which samples at once (see [Client]).
+// returns at once; in the background it sends each master a first call that
+// opens a connection (acquisitions wait for a majority of them, at most 1 s)
+// and starts the watcher, which samples at once (see [Client]).
 func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	cfg := defaults()
 	for _, opt := range opts {
@@ -173,11 +177,13 @@ func same(a, b any) (eq bool) {
 	return a == b
 }
 
-// Close stops the client's subscriptions and watcher and wakes its waiting Lock
-// calls, which poll at the retry delay from then on; the client still locks,
-// counting every master's vote. It returns nil once those goroutines ended, or
-// after one node timeout (a call stuck on a hung master ends in the background;
-// docs/design.md, "Waiting for a held lock"). Idempotent; it releases no lock.
+// Close stops the client's subscriptions, watcher and the background retries
+// of releases that got no reply (a key they had not reached expires by
+// itself), and wakes its waiting Lock calls, which poll at the retry delay
+// from then on; the client still locks, counting every master's vote. It
+// returns nil once those goroutines ended, or after one node timeout (a call
+// stuck on a hung master ends in the background; docs/design.md, "Waiting for
+// a held lock"). Idempotent; it releases no lock.
 func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
 	c.watcher.Close(by)

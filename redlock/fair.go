@@ -267,7 +267,7 @@ func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round, toke
 	if strings.HasPrefix(token, q.prefix) {
 		entry += " " + token
 	}
-	c.leave(ctx, q.keys, []any{entry}, func(i int) bool {
+	c.leave(ctx, q.keys, []any{entry}, q.TTL, func(i int) bool {
 		if won == nil {
 			return false
 		}
@@ -280,9 +280,10 @@ func (c *Client) dequeue(ctx context.Context, q *queued, won *quorum.Round, toke
 // leave removes the queue entries of keys (the lock key; entries as
 // fair.Waiter.Entry names them, scripts/fair_leave.lua) in the background,
 // on every master but those skip names, each bounded by the node timeout,
-// and releases a key handed to one of them. An entry that a master misses,
-// or that a late call adds again, expires.
-func (c *Client) leave(ctx context.Context, keys []string, entries []any, skip func(int) bool) {
+// and releases a key handed to one of them (set for at most ttl). A call
+// that gets no reply is tried again in the background (cleanup.go); an
+// entry that a late call adds again expires.
+func (c *Client) leave(ctx context.Context, keys []string, entries []any, ttl time.Duration, skip func(int) bool) {
 	ctx = context.WithoutCancel(ctx)
 	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		if skip != nil && skip(i) {
@@ -291,8 +292,12 @@ func (c *Client) leave(ctx context.Context, keys []string, entries []any, skip f
 		_, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (any, error) {
 			return m.Eval(ctx, fairLeaveScript, keys, entries...)
 		})
-		if err != nil && err != errStuck { // a master the breaker skipped was not asked
-			c.cfg.logger.Debug("redlock: leaving the wait queue failed; the entry is left to expire", "master", c.addrs[i], "err", err)
+		if !driver.Replied(err) {
+			// Left on the master, the entry may become the queue's head
+			// there while others have other heads: nobody wins the
+			// reserved key until it expires. Tried again (cleanup.go).
+			c.cfg.logger.Debug("redlock: leaving the wait queue got no reply; retrying in the background", "master", c.addrs[i], "err", err)
+			c.retryScript(i, fairLeaveScript, keys, entries, max(ttl, c.cfg.fairTTL), keys[0])
 		}
 		return err == nil, err
 	})

@@ -81,7 +81,7 @@ func (l *Lock) passOn(ctx context.Context, q *fair.Waiter[*Lock], until time.Tim
 	// there.
 	stale := l.stale
 	if len(stale) >= staleBatch {
-		c.leave(ctx, []string{q.Key}, strs(stale), nil)
+		c.leave(ctx, []string{q.Key}, strs(stale), q.TTL, nil)
 		stale = nil
 	}
 	next.stale = stale

@@ -450,7 +450,7 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
 	case err != nil:
 		r.e = err
 		r.state.Store(releaseFailed)
-		if !driver.Replied(err) && !bugs.NoReleaseRetry {
+		if !driver.Replied(err) && !bugs.NoReleaseRetry && !(bugs.CleanupOnCallerCtx && ctx.Err() != nil) {
 			// The key may be there: tried again until the master
 			// answers or the key has expired (cleanup.go).
 			l.c.cfg.logger.Info("redlock: release got no reply; retrying in the background", "master", l.c.addrs[i], "resource", l.resource, "err", err)

@@ -24,21 +24,23 @@ func TestSimFindsBugs(t *testing.T) {
 		name    string
 		switch_ *bool
 		want    string // in the violation that finds it
+		cfg     Config // the schedules hunted in
 	}{
-		{"drift added instead of subtracted", &bugs.DriftAdded, "masters keep its key"},
-		{"lease counted from the end of the round", &bugs.LeaseFromRoundEnd, "masters keep its key"},
-		{"counter restarts without its floor", &bugs.CounterWithoutFloor, "handed out twice"},
-		{"Done late after a pause past the lease", &bugs.DoneLateAfterLease, "Done not closed"},
-		{"a lost attempt's cleanup on the caller's ended context", &bugs.CleanupOnCallerCtx, "still kept its key"},
-		{"the lease on the monotonic clock alone, which misses a suspend", &bugs.MonotonicLeaseOnly, "across a client-suspend"},
-		{"a failed Extend that releases nothing (redsync #151)", &bugs.ExtendKeepsKeys, "Extend failed on"},
-		{"Extend's outcome depending on whether Done was asked for", &bugs.ExtendOutcomeOnDone, "after the lease it extended had run out"},
+		{"drift added instead of subtracted", &bugs.DriftAdded, "masters keep its key", DefaultConfig},
+		{"lease counted from the end of the round", &bugs.LeaseFromRoundEnd, "masters keep its key", DefaultConfig},
+		{"counter restarts without its floor", &bugs.CounterWithoutFloor, "handed out twice", DefaultConfig},
+		{"Done late after a pause past the lease", &bugs.DoneLateAfterLease, "Done not closed", DefaultConfig},
+		{"a lost attempt's cleanup on the caller's ended context", &bugs.CleanupOnCallerCtx, "still kept its key", DefaultConfig},
+		{"the lease on the monotonic clock alone, which misses a suspend", &bugs.MonotonicLeaseOnly, "across a client-suspend", DefaultConfig},
+		{"a failed Extend that releases nothing (redsync #151)", &bugs.ExtendKeepsKeys, "Extend failed on", DefaultConfig},
+		{"Extend's outcome depending on whether Done was asked for", &bugs.ExtendOutcomeOnDone, "after the lease it extended had run out", DefaultConfig},
+		{"a release that got no reply not tried again (a crowd in a latency spike)", &bugs.NoReleaseRetry, "still kept its key", CrowdConfig},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			*b.switch_ = true
 			defer func() { *b.switch_ = false }()
 			start := time.Now()
-			seed, found, ran := hunt(t, b.want, huntBudget)
+			seed, found, ran := hunt(t, b.cfg, b.want, huntBudget)
 			if found == "" {
 				t.Fatalf("not found in %d schedules and %v", ran, time.Since(start).Round(time.Millisecond))
 			}
@@ -49,9 +51,9 @@ func TestSimFindsBugs(t *testing.T) {
 
 var huntFlag = flag.Int("sim.hunt", 0, "TestSimFindsBugs: hunt each bug for this many schedules instead of 10 s of wall time")
 
-// hunt plays new seeds, two at a time, until a violation that says want,
-// or budget (or -sim.hunt schedules).
-func hunt(t *testing.T, want string, budget time.Duration) (seed uint64, found string, ran int) {
+// hunt plays the schedules of cfg of new seeds, two at a time, until a
+// violation that says want, or budget (or -sim.hunt schedules).
+func hunt(t *testing.T, cfg Config, want string, budget time.Duration) (seed uint64, found string, ran int) {
 	until := time.Now().Add(budget)
 	more := func() bool {
 		if *huntFlag > 0 {
@@ -66,7 +68,7 @@ func hunt(t *testing.T, want string, budget time.Duration) (seed uint64, found s
 			wg.Go(func() {
 				var res Result
 				t.Run(fmt.Sprint(s), func(t *testing.T) {
-					synctest.Test(t, func(t *testing.T) { res = Run(Draw(s, DefaultConfig)) })
+					synctest.Test(t, func(t *testing.T) { res = Run(Draw(s, cfg)) })
 				})
 				mu.Lock()
 				defer mu.Unlock()

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -145,6 +146,11 @@ func (r *run) check() {
 		}
 	}
 
+	if len(r.s.Bursts) > 0 {
+		r.checkHandover(byRes)
+		r.checkTryBursts()
+	}
+
 	// The guard: in the order the store applied them, an admitted write
 	// never carries a fence below one admitted before it, and the last
 	// admitted write is what the store keeps.
@@ -200,3 +206,143 @@ func heldUntil(h holding) time.Time {
 
 // at is t as an offset from the schedule's start.
 func (r *run) at(t time.Time) time.Duration { return t.Sub(r.start) }
+
+// handoverBound is invariant B's (issue 34): how long a crowd's resource
+// may be free while a Lock waits for it, on masters that are healthy and
+// have been since the last fault's keys are gone. The release of the
+// holder before (its Unlock returned: no key of its left), then the
+// wake-up (a release's message, or the retry delay's poll, 20 ms and up
+// to 10 of jitter, for a waiter that was not listening; after a wake-up
+// whose attempt lost, up to 16 ms more), the winner's attempt (a probe of
+// one master and the round, within a node timeout each) and its fence:
+// four node timeouts hold all of it with room to spare, and are a fifth
+// of the shortest TTL, which a waiter asleep on a key's expiry would wait.
+const handoverBound = 4 * nodeTimeout
+
+// checkHandover checks invariant B on every burst's resource: no stretch
+// in which the resource is free (no holding from its Lock's return to its
+// keys' release), a Lock waits for it (a fair client's, in a mixed
+// deployment: a plain one may starve there, as documented) and the world
+// is settled (see unsettled) lasts longer than handoverBound.
+func (r *run) checkHandover(byRes map[string][]holding) {
+	mixed := slices.Contains(r.s.Fair, true) && slices.Contains(r.s.Fair, false)
+	unsettled := r.unsettled()
+	for _, u := range r.s.Bursts {
+		var busy, waiting []stretch
+		for _, h := range byRes[u.resource] {
+			busy = append(busy, stretch{h.got, freedAt(h)})
+		}
+		for _, w := range r.res.Waits {
+			if w.resource == u.resource && (!mixed || r.s.Fair[w.client]) {
+				waiting = append(waiting, stretch{w.began, w.ended})
+			}
+		}
+		for _, f := range without(without(merged(waiting), merged(busy)), unsettled) {
+			if f.to.Sub(f.from) <= handoverBound {
+				continue
+			}
+			n := 0
+			for _, w := range r.res.Waits {
+				if w.resource == u.resource && !w.began.After(f.from) && w.ended.After(f.from) {
+					n++
+				}
+			}
+			before := "none"
+			for _, h := range byRes[u.resource] {
+				if !freedAt(h).After(f.from) {
+					before = fmt.Sprintf("c%d.%d, keys released at %v", h.client, h.worker, r.at(freedAt(h)))
+				}
+			}
+			r.violation("%s was free from %v to %v (%v, beyond %v) while %d Lock calls waited for it, on healthy masters, and none won it (the holder before: %s)",
+				u.resource, r.at(f.from), r.at(f.to), f.to.Sub(f.from), handoverBound, n, before)
+		}
+	}
+}
+
+// checkTryBursts checks that a TryLock burst on a free resource (each
+// burst has its own) ends with exactly one winner when the world was
+// settled from its first call to its last return (issue 34): none is a
+// split vote that nobody retried.
+func (r *run) checkTryBursts() {
+	unsettled := r.unsettled()
+	for _, b := range r.res.TryBursts {
+		if b.won == 1 || slices.ContainsFunc(unsettled, func(u stretch) bool { return u.from.Before(b.to) && u.to.After(b.from) }) {
+			continue
+		}
+		r.violation("a TryLock burst of %d calls on free %s from %v to %v, on healthy masters, ended with %d winners, not one (the others: %s)",
+			b.calls, b.resource, r.at(b.from), r.at(b.to), b.won, b.errs)
+	}
+}
+
+// unsettled is when a fault was in effect, or had ended too recently for
+// its effects to be gone: releaseRetryBound after a latency spike (the
+// releases it held up have landed then: invariant A), a TTL after any
+// other fault (the key a paused master applied after its caller gave up,
+// or one a master kept while it could not be reached, lives out its TTL).
+func (r *run) unsettled() []stretch {
+	var out []stretch
+	for _, f := range r.s.Faults {
+		settle := r.s.Config.TTL
+		if f.kind == spike {
+			settle = releaseRetryBound
+		}
+		out = append(out, stretch{r.start.Add(f.at), r.start.Add(f.at + f.lasts + settle)})
+	}
+	return merged(out)
+}
+
+// freedAt is when h's keys were gone: when its Unlock returned, or its
+// lease's end.
+func freedAt(h holding) time.Time {
+	t := h.released
+	if t.IsZero() {
+		t = h.end
+	}
+	if h.until.Before(t) {
+		return h.until
+	}
+	return t
+}
+
+// stretch is a span of virtual time.
+type stretch struct{ from, to time.Time }
+
+// merged is ss sorted, with those that overlap or touch joined.
+func merged(ss []stretch) []stretch {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b stretch) int { return a.from.Compare(b.from) })
+	var out []stretch
+	for _, s := range ss {
+		if n := len(out); n > 0 && !s.from.After(out[n-1].to) {
+			if s.to.After(out[n-1].to) {
+				out[n-1].to = s.to
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// without is a less b; both merged.
+func without(a, b []stretch) []stretch {
+	var out []stretch
+	for _, x := range a {
+		cur := x.from
+		for _, y := range b {
+			if !y.to.After(cur) || !y.from.Before(x.to) {
+				continue
+			}
+			if y.from.After(cur) {
+				out = append(out, stretch{cur, y.from})
+			}
+			if y.to.After(cur) {
+				cur = y.to
+			}
+		}
+		if cur.Before(x.to) {
+			out = append(out, stretch{cur, x.to})
+		}
+	}
+	return out
+}

@@ -51,7 +51,7 @@ func TestSimReplays(t *testing.T) {
 			for range n {
 				var res Result
 				synctest.Test(t, func(t *testing.T) {
-					s := Draw(seed, DefaultConfig)
+					s := Draw(seed, configFor(0, false)) // -sim.crowd: the seed's crowd schedule
 					s.Wire = *wireFlag
 					res = Run(s)
 				})

@@ -15,12 +15,21 @@ type Config struct {
 	Resources int           // how many resources they share (few: contention)
 	Faults    int           // at least this many per schedule
 	TTL       time.Duration // of every lock; the pauses and windows scale with it
+	// Bursts makes a crowd schedule: this many bursts of callers, each on
+	// a resource of its own, instead of the workers' cycles and the
+	// leadership candidates (Cycles, Resources and Faults do not apply).
+	Bursts int
 }
 
 // DefaultConfig is the schedule the issue asks for: 3 clients × 30 cycles
 // over 5 masters and a counter, at least 3 faults, TTLs of seconds (drawn
 // per schedule when TTL is 0).
 var DefaultConfig = Config{Masters: 5, Clients: 3, Cycles: 30, Resources: 2, Faults: 3}
+
+// CrowdConfig is the crowd schedule of issue 34: bursts of 20 to 100
+// callers on one resource from four clients, with latency spikes as on a
+// starved machine (see drawCrowd).
+var CrowdConfig = Config{Masters: 5, Clients: 4, Bursts: 3}
 
 // kind is a fault's kind.
 type kind int
@@ -47,10 +56,12 @@ const (
 	clientSuspend // a client's machine suspends past its lease: its monotonic clock misses the span, the clock that counts suspend does not (documented failure mode)
 	// From a fourth.
 	clientWallStep // a client's wall clock steps (NTP, an operator): the fair queue's arrival stamps move, nothing else may
+	// Crowd schedules only.
+	spike // a client's calls to every master slowed by a delay drawn per call (a starved machine)
 )
 
 var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
-	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step"}
+	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step", "spike"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -82,8 +93,13 @@ func (f fault) losesKeys() bool {
 // drift allowance (1% of the TTL, and 2 ms).
 const driftRate = 1.01
 
-// allMasters is a network fault's master when it hits all of them.
-const allMasters = -1
+// allMasters is a network fault's master when it hits all of them;
+// allClients a spike's client when it hits every client (one starved
+// host runs them all).
+const (
+	allMasters = -1
+	allClients = -1
+)
 
 // fault is one fault of a schedule, at a time from the schedule's start.
 type fault struct {
@@ -92,7 +108,8 @@ type fault struct {
 	lasts  time.Duration
 	client int
 	master int
-	delay  time.Duration // delayed; clock-step's jump; aof-lag's and failover's lost stretch of writes
+	delay  time.Duration // delayed; clock-step's jump; aof-lag's and failover's lost stretch of writes; a spike's least delay
+	vary   time.Duration // a spike: each call's delay is delay plus up to this much more, drawn per call
 	rate   float64       // clock-fast: how fast the master's clock runs
 }
 
@@ -121,6 +138,12 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, ", client %d", f.client)
 	case clientWallStep:
 		fmt.Fprintf(&b, ", client %d by %v", f.client, f.delay)
+	case spike:
+		if f.client == allClients {
+			fmt.Fprintf(&b, ", every client to every master, +%v to +%v per call", f.delay, f.delay+f.vary)
+		} else {
+			fmt.Fprintf(&b, ", client %d to every master, +%v to +%v per call", f.client, f.delay, f.delay+f.vary)
+		}
 	}
 	if f.kind == delayed {
 		fmt.Fprintf(&b, ", +%v", f.delay)
@@ -133,7 +156,8 @@ type Schedule struct {
 	Seed   uint64
 	Config Config
 	Faults []fault
-	Fair   []bool // by client: WithFairness
+	Fair   []bool  // by client: WithFairness
+	Bursts []burst // a crowd schedule's (Config.Bursts)
 	// Latency is every call's round trip on a healthy link, half each way:
 	// a call then takes time, and a caller's deadline can fall inside it.
 	Latency time.Duration
@@ -152,13 +176,19 @@ func (s Schedule) Unsafe() bool {
 	return false
 }
 
-// Draw makes the schedule of seed.
+// ttls are the TTLs a schedule draws from when its Config has none: half a
+// second to two, so that the drift allowance (1% + 2 ms) is smaller than a
+// slow round trip, as a lease bug needs to show.
+var ttls = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// Draw makes the schedule of seed: a crowd schedule when cfg has Bursts.
 func Draw(seed uint64, cfg Config) Schedule {
+	if cfg.Bursts > 0 {
+		return drawCrowd(seed, cfg)
+	}
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	if cfg.TTL == 0 {
-		// Half a second to two: the drift allowance (1% + 2 ms) is then
-		// smaller than a slow round trip, as a lease bug needs to show.
-		cfg.TTL = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}[r.IntN(3)]
+		cfg.TTL = ttls[r.IntN(len(ttls))]
 	}
 	s := Schedule{Seed: seed, Config: cfg, Fair: make([]bool, cfg.Clients)}
 	for i := range s.Fair {
@@ -264,8 +294,16 @@ func Draw(seed uint64, cfg Config) Schedule {
 
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v, latency %v\n",
-		s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair, s.Latency)
+	if len(s.Bursts) > 0 {
+		fmt.Fprintf(&b, "crowd seed %d: %d masters, %d clients, %d bursts, TTL %v, fair %v, latency %v\n",
+			s.Seed, s.Config.Masters, s.Config.Clients, len(s.Bursts), s.Config.TTL, s.Fair, s.Latency)
+		for _, u := range s.Bursts {
+			fmt.Fprintf(&b, "  %v\n", u)
+		}
+	} else {
+		fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v, latency %v\n",
+			s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair, s.Latency)
+	}
 	for _, f := range s.Faults {
 		fmt.Fprintf(&b, "  %v\n", f)
 	}

@@ -33,21 +33,25 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// play runs the schedule of seed in a bubble of its own and fails t with
-// the replay command when an invariant broke.
-func play(t *testing.T, seed uint64, verbose bool) Result {
+// play runs the schedule that seed draws for cfg in a bubble of its own
+// and fails t with the replay command when an invariant broke.
+func play(t *testing.T, seed uint64, cfg Config, verbose bool) Result {
 	var res Result
+	replay := fmt.Sprintf("go test ./internal/sim -run 'TestSim$' -sim.seed %d", seed)
+	if cfg.Bursts > 0 {
+		replay += " -sim.crowd"
+	}
 	// A schedule takes well under a second of real time. One that spins in
 	// one instant of virtual time never ends (its bubble cannot advance):
 	// name its seed and dump every goroutine rather than wait for the
 	// test binary's timeout, which names neither.
 	watchdog := time.AfterFunc(spinLimit, func() {
 		debug.SetTraceback("all")
-		panic(fmt.Sprintf("sim: seed %d still running after %v of real time: a goroutine spins without letting virtual time advance; replay: go test ./internal/sim -run 'TestSim$' -sim.seed %d", seed, spinLimit, seed))
+		panic(fmt.Sprintf("sim: seed %d still running after %v of real time: a goroutine spins without letting virtual time advance; replay: %s", seed, spinLimit, replay))
 	})
 	defer watchdog.Stop()
 	synctest.Test(t, func(t *testing.T) {
-		s := Draw(seed, DefaultConfig)
+		s := Draw(seed, cfg)
 		s.Wire = *wireFlag
 		res = Run(s)
 	})
@@ -56,8 +60,8 @@ func play(t *testing.T, seed uint64, verbose bool) Result {
 		t.Logf("trace (%d events, hash %016x):\n%s", len(res.Trace), res.TraceHash(), strings.Join(res.Trace, "\n"))
 	}
 	if len(res.Violations) > 0 {
-		t.Errorf("seed %d broke %d invariant(s):\n  %s\n%v\nreplay: go test ./internal/sim -run 'TestSim$' -sim.seed %d -v",
-			seed, len(res.Violations), strings.Join(res.Violations, "\n  "), res.Schedule, seed)
+		t.Errorf("seed %d broke %d invariant(s):\n  %s\n%v\nreplay: %s -v",
+			seed, len(res.Violations), strings.Join(res.Violations, "\n  "), res.Schedule, replay)
 	}
 	return res
 }
@@ -92,17 +96,19 @@ func TestSimRegressions(t *testing.T) {
 	for _, seed := range regressions {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			play(t, seed, false)
+			play(t, seed, DefaultConfig, false)
 		})
 	}
 }
 
 // TestSim plays schedules on the code as shipped: a fixed set of seeds in
 // make test (24: a few seconds under -race; see docs/simulation.md for why
-// not more yet), new ones for SIM_TIME (make sim), or the one of -sim.seed.
+// not more yet), new ones for SIM_TIME (make sim: one in four a crowd
+// schedule), or the one of -sim.seed. With -sim.crowd, every schedule is a
+// crowd schedule.
 func TestSim(t *testing.T) {
 	if *seedFlag != 0 {
-		play(t, *seedFlag, true)
+		play(t, *seedFlag, configFor(0, false), true)
 		return
 	}
 	n, base := 24, uint64(1)
@@ -113,7 +119,8 @@ func TestSim(t *testing.T) {
 	if *nFlag > 0 {
 		n = *nFlag
 	}
-	var ran, holdings, terms, violated, calls atomic.Int64
+	mixed := !until.IsZero()
+	var ran, cycled, holdings, terms, violated, calls atomic.Int64
 	var simulated atomic.Int64
 	start := time.Now()
 	// Schedules run in batches, each batch in parallel: a parallel subtest
@@ -128,18 +135,62 @@ func TestSim(t *testing.T) {
 			}
 			t.Run(fmt.Sprint(base+uint64(from)), func(t *testing.T) {
 				for i := from; i < min(from+batch, n); i++ {
-					playOne(t, base+uint64(i), &ran, &holdings, &terms, &simulated, &violated, &calls)
+					cfg := configFor(i, mixed)
+					if cfg.Bursts == 0 {
+						cycled.Add(1)
+					}
+					playOne(t, base+uint64(i), cfg, &ran, &holdings, &terms, &simulated, &violated, &calls)
 				}
 			})
 		}
 	})
 	wall := time.Since(start)
-	if ran.Load() > 0 && terms.Load() == 0 {
+	if cycled.Load() > 0 && terms.Load() == 0 {
 		t.Errorf("no schedule elected a leader: the leadership invariants checked nothing")
 	}
-	t.Logf("%d schedules (seeds from %d) in %v: %.0f schedules/min, %d locks held, %d leadership terms, %.0f calls to a server per schedule, %.0f simulated seconds per wall second, %d with violations",
-		ran.Load(), base, wall.Round(time.Millisecond), float64(ran.Load())/wall.Minutes(), holdings.Load(), terms.Load(),
+	t.Logf("%d schedules (%d crowd; seeds from %d) in %v: %.0f schedules/min, %d locks held, %d leadership terms, %.0f calls to a server per schedule, %.0f simulated seconds per wall second, %d with violations",
+		ran.Load(), ran.Load()-cycled.Load(), base, wall.Round(time.Millisecond), float64(ran.Load())/wall.Minutes(), holdings.Load(), terms.Load(),
 		float64(calls.Load())/float64(max(ran.Load(), 1)), time.Duration(simulated.Load()).Seconds()/wall.Seconds(), violated.Load())
+}
+
+// crowdFlag makes TestSim's schedules (and TestSimReplays') crowd
+// schedules; with -sim.seed, that seed's.
+var crowdFlag = flag.Bool("sim.crowd", false, "play crowd schedules (Config.Bursts): with -sim.seed, that seed's")
+
+// configFor is the config of TestSim's i-th schedule: a crowd schedule
+// with -sim.crowd, and one in four when mixed (make sim's SIM_TIME).
+func configFor(i int, mixed bool) Config {
+	if *crowdFlag || mixed && i%4 == 3 {
+		return CrowdConfig
+	}
+	return DefaultConfig
+}
+
+// crowdSeeds are TestSimCrowds' crowd schedules: a few seconds under
+// -race. Before 0e8d825 (the library's crowd work) seeds 2, 7 and 213
+// broke invariants of issue 34; on 0e8d825, 82 and 122 still do
+// (docs/simulation.md, "Crowds").
+var crowdSeeds = []uint64{
+	3,   // 3 bursts, TryLock and mixed, no fault: no violation
+	2,   // A: a key of a lost attempt on a master that answered, after a spike
+	7,   // 4: a TryLock burst of 67 calls on healthy masters, no winner
+	213, // A, and B: keys of attempts lost in a spike hold 19 waiters up for 1.7 s
+	82,  // A: a release retried 6 ms past the bound after a 0.9 s spike (the retry's doubling wait)
+	122, // B: queue entries whose removal a spike lost reserve the key for waiters that left
+}
+
+// TestSimCrowds plays the crowd schedules of crowdSeeds (make test runs
+// them); TestSim plays others (-sim.crowd, and make sim).
+func TestSimCrowds(t *testing.T) {
+	for _, seed := range crowdSeeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			res := play(t, seed, CrowdConfig, false)
+			if len(res.Holdings) == 0 {
+				t.Errorf("crowd seed %d: no lock was ever held: the schedule tested nothing", seed)
+			}
+		})
+	}
 }
 
 // TestCheckerSeesTwoLeaders: the leadership invariants fail on terms that
@@ -210,11 +261,16 @@ func TestCheckerSeesIdleWait(t *testing.T) {
 	}
 }
 
-// playOne plays seed in a parallel subtest of t and adds up what it ran.
-func playOne(t *testing.T, seed uint64, ran, holdings, terms, simulated, violated, calls *atomic.Int64) {
-	t.Run(fmt.Sprint(seed), func(t *testing.T) {
+// playOne plays the schedule seed draws for cfg in a parallel subtest of t
+// and adds up what it ran.
+func playOne(t *testing.T, seed uint64, cfg Config, ran, holdings, terms, simulated, violated, calls *atomic.Int64) {
+	name := fmt.Sprint(seed)
+	if cfg.Bursts > 0 {
+		name = "crowd-" + name
+	}
+	t.Run(name, func(t *testing.T) {
 		t.Parallel()
-		res := play(t, seed, false)
+		res := play(t, seed, cfg, false)
 		ran.Add(1)
 		holdings.Add(int64(len(res.Holdings)))
 		terms.Add(int64(len(res.Terms)))

@@ -64,6 +64,7 @@ type pause struct {
 // cut is what the network does to the calls of one client to one master.
 type cut struct {
 	delay     time.Duration // every call takes this long more, half each way
+	vary      time.Duration // ... and up to this much more, drawn per call (a spike)
 	dropReply bool          // applied, but the caller never hears back
 	dropAsk   bool          // never arrives
 }
@@ -240,13 +241,25 @@ func (l *link) jitter(msg uint64, back bool) time.Duration {
 	if back {
 		x ^= 1 << 63
 	}
-	// splitmix64's finaliser.
+	return 1 + time.Duration(mix(x)%uint64(maxJitter))
+}
+
+// spread is the part of a spike's delay drawn for one call: up to vary,
+// from what jitter draws from, so that a call sent again later (a retried
+// release) meets another delay.
+func (l *link) spread(msg uint64, vary time.Duration) time.Duration {
+	x := l.w.Seed ^ msg ^ uint64(time.Now().UnixNano())*0x9e3779b97f4a7c15 ^ uint64(l.client+1)<<32 ^ uint64(l.master+2)<<40
+	return time.Duration(mix(x^0x5b1e) % uint64(vary+1))
+}
+
+// mix is splitmix64's finaliser.
+func mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
-	return 1 + time.Duration(x%uint64(maxJitter))
+	return x
 }
 
 // through runs f as the network and the master's state allow: delayed,
@@ -277,6 +290,9 @@ func (l *link) through(ctx context.Context, msg uint64, what string, f func(ctx 
 	c := l.w.cuts[[2]int{l.client, l.master}]
 	l.w.mu.Unlock()
 	c.delay += l.w.Latency
+	if c.vary > 0 {
+		c.delay += l.spread(msg, c.vary)
+	}
 	// A delay is half on the way there, half on the way back: the master
 	// applies the call before the caller hears of it.
 	if err := wait(ctx, c.delay/2+l.jitter(msg, false)); err != nil {
