@@ -334,29 +334,34 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	// A probed attempt asks master p first and the others only if p
 	// agreed, or failed: then it is a plain attempt on the rest.
 	p := l.probe - 1
+	// probed is closed once, by whichever comes first: the probe master's
+	// answer (probeState probeRefused: the others are not asked; or
+	// probeGoOn) or a quarter of the node timeout (probeGoOn: a probe
+	// master that hangs, or is slow, is not waited for). Every other call
+	// reads the same state, so that they are all asked or none is.
 	var probed chan struct{}
-	var late <-chan struct{}
-	var probeLost atomic.Bool
+	var probeState atomic.Int32
+	var answered func(int32)
 	if p >= 0 {
 		probed = make(chan struct{})
-		// A probe master that has not answered within a quarter of the
-		// node timeout (hung, or slow) is not waited for: the others are
-		// asked, as in a plain round.
-		lateCtx, cancel := context.WithTimeout(context.Background(), c.cfg.nodeTimeout/4)
-		defer cancel()
-		late = lateCtx.Done()
+		answered = func(st int32) {
+			if probeState.CompareAndSwap(probeWaiting, st) {
+				close(probed)
+			}
+		}
+		late := time.AfterFunc(c.cfg.nodeTimeout/4, func() { answered(probeGoOn) })
+		defer late.Stop()
 	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
 		if probed != nil && i != p {
 			select {
 			case <-probed:
-			case <-late:
 			case <-ctx.Done():
 				// Never asked: this says nothing of the master.
 				return false, errNotAsked
 			}
-			if probeLost.Load() {
+			if probeState.Load() == probeRefused {
 				return false, errNotProbed
 			}
 		}
@@ -372,8 +377,11 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 			return acquireAll(ctx, m, l.keys, args)
 		})
 		if i == p {
-			probeLost.Store(err == nil && !set && !l.probeWrongType)
-			close(probed)
+			if err == nil && !set && !l.probeWrongType {
+				answered(probeRefused)
+			} else {
+				answered(probeGoOn)
+			}
 		}
 		// Without an error, set is false when the key was held by another
 		// token or of another type (the release that follows tells which).
@@ -416,6 +424,13 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	l.queued, l.requeue = false, nil
 	return l, nil, nil
 }
+
+// What a probed round's other calls do (see lockRound).
+const (
+	probeWaiting = iota
+	probeRefused // the probe master refused: the others are not asked
+	probeGoOn    // it agreed, failed, or was too late: the others are asked
+)
 
 // mint takes a fence for each of l's resources, in order, before deadline.
 func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
