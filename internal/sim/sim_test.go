@@ -167,12 +167,12 @@ func configFor(i int, mixed bool) Config {
 }
 
 // crowdSeeds are TestSimCrowds' crowd schedules: a few seconds under
-// -race. Before 0e8d825 (the library's crowd work) seeds 2, 7 and 213
-// broke invariants of issue 34; on 0e8d825, 82 and 122 still do
-// (docs/simulation.md, "Crowds").
+// -race. Before 0e8d825 (the library's crowd work) seeds 7 and 213 broke
+// invariants of issue 34; on 0e8d825, 82 and 122 still did, until the
+// release retries' pace and the retried queue-entry removals
+// (docs/simulation.md, "Crowds"). Seeds 2 and 3 were dropped from the list
+// to keep make test short: 213 and 82 cover what 2 showed.
 var crowdSeeds = []uint64{
-	3,   // 3 bursts, TryLock and mixed, no fault: no violation
-	2,   // A: a key of a lost attempt on a master that answered, after a spike
 	7,   // 4: a TryLock burst of 67 calls on healthy masters, no winner
 	213, // A, and B: keys of attempts lost in a spike hold 19 waiters up for 1.7 s
 	82,  // A: a release retried 6 ms past the bound after a 0.9 s spike (the retry's doubling wait)
