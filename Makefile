@@ -83,7 +83,7 @@ sim:
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./internal/quorum/
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./redlock/ ./quorum/
 	@# Each adapter's BenchmarkLock (5 masters, c=1 and c=64, allocs/op per cycle): go-redis plain and
 	@# auto-pipelined in this module, rueidis and valkey-go in theirs.
 	$(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./driver/goredis/
@@ -102,10 +102,17 @@ lint:
 	@# driver/goredis, and no package of the lock's or the fence's imports it.
 	@if $(GO) list -deps ./driver ./redlock/... ./fence/... | grep -E 'go-redis|quorumlock.dev/driver/'; then \
 		echo "the lock or the fence imports a Redis client (above): only driver adapters may"; exit 1; fi
+	@# Adapters import only the seam (the root module's, goredis, is held to it by internal/layering).
+	@set -e; for m in driver/rueidis driver/valkey; do \
+		if (cd $$m && $(GO) list -f '{{join .Imports "\n"}}' . | grep '^quorumlock.dev/' | grep -v '^quorumlock.dev/driver$$'); then \
+			echo "$$m imports the project packages above: an adapter imports only quorumlock.dev/driver"; exit 1; fi; done
+	@# quorum and clockdrift, the public basement, import nothing of the project and no Redis client.
+	@if $(GO) list -deps ./quorum ./clockdrift | grep -E 'redis|valkey|quorumlock.dev/' | grep -v -E '^quorumlock.dev/(quorum|clockdrift)$$'; then \
+		echo "quorum or clockdrift imports the packages above"; exit 1; fi
 
 # A short run of each fuzz target.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./internal/clockdrift/
+	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./clockdrift/
 
 # redis-server, PostgreSQL, etcd (redlock-bench choose), iptables (the chaos partition) and gcc
 # (the chaos clock shim) from Debian's packages, when missing and we may install them.

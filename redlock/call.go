@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 // call is one call to master i: f on its connection, through the master's

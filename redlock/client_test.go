@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/clockdrift"
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/clockdrift"
 
 	"quorumlock.dev/driver/goredis"
 	"quorumlock.dev/internal/memredis"

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
 )

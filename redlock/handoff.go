@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 )
 

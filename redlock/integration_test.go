@@ -22,9 +22,9 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/faultproxy"
 	"quorumlock.dev/internal/memredis"
-	"quorumlock.dev/internal/quorum"
 	"quorumlock.dev/internal/redisserver"
 	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/quorum"
 
 	"quorumlock.dev/driver/goredis"
 )

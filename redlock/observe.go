@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 // Hooks are told of events an application may count, for metrics (redlockprom

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 // A burst of TryLock calls on a free resource used to end with no holder:

@@ -11,7 +11,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/push"
 )
 

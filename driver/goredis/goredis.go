@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/nilcheck"
 )
 
 // Client is what the adapter needs of a go-redis client: *redis.Client,
@@ -36,7 +36,7 @@ type Client interface {
 // Conn adapts c. The result has [driver.Subscriber] when c can subscribe,
 // and always [driver.Inspector] and [driver.Describer].
 func Conn(c Client) driver.Conn {
-	if nilcheck.Is(c) {
+	if isNil(c) {
 		return nil
 	}
 	a := conn{c: c}
@@ -44,6 +44,16 @@ func Conn(c Client) driver.Conn {
 		return subConn{a, s}
 	}
 	return a
+}
+
+// isNil reports a nil client, or a nil pointer in a non-nil interface
+// (a *redis.Client, a wrapper's).
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // Masters adapts each client with [Conn]; a nil client stays nil (New

@@ -20,15 +20,15 @@ const mod = "quorumlock.dev/"
 var allowed = map[string][]string{
 	// The seam and its adapters.
 	"driver":         nil,
-	"driver/goredis": {"driver", "internal/nilcheck"},
+	"driver/goredis": {"driver"},
 	// The lock's parts, which know nothing of Redis or of each other.
-	"internal/nilcheck":   nil,
-	"internal/quorum":     nil,
-	"internal/clockdrift": nil,
-	"internal/bounded":    nil,
-	"internal/boottime":   nil,
-	"internal/bugs":       nil,
-	"internal/seam":       nil,
+	"internal/nilcheck": nil,
+	"quorum":            nil,
+	"clockdrift":        nil,
+	"internal/bounded":  nil,
+	"internal/boottime": nil,
+	"internal/bugs":     nil,
+	"internal/seam":     nil,
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
@@ -36,10 +36,10 @@ var allowed = map[string][]string{
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
-	"redlock/internal/push":  {"driver", "internal/quorum"},
+	"redlock/internal/push":  {"driver", "quorum"},
 	"redlock/internal/fair":  nil,
-	"redlock/internal/watch": {"driver", "internal/clockdrift"},
-	"redlock":                {"driver", "fence", "internal/clockdrift", "internal/nilcheck", "internal/quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs", "internal/seam"},
+	"redlock/internal/watch": {"driver", "clockdrift"},
+	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
@@ -63,7 +63,7 @@ var allowed = map[string][]string{
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
-	"internal/nilcheck", "internal/quorum", "internal/clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
+	"internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()
@@ -79,6 +79,9 @@ func TestLayering(t *testing.T) {
 			continue
 		}
 		for _, imp := range imports {
+			if strings.HasPrefix(pkg, "driver/") && !strings.HasPrefix(pkg, "driver/drivertest") && strings.HasPrefix(imp, mod) && imp != mod+"driver" {
+				t.Errorf("%s, a driver adapter, imports %s: adapters import only the seam, quorumlock.dev/driver", pkg, imp)
+			}
 			if p, ours := strings.CutPrefix(imp, mod); ours && !slices.Contains(want, p) {
 				t.Errorf("%s imports %s, which the layering table does not allow", pkg, p)
 			}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 // Holder is what scripts/holder.lua (or the fair lock script) said of a

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 // roundOf makes a finished round whose nodes gave answers.

@@ -6,7 +6,7 @@ import (
 
 	"quorumlock.dev/driver"
 
-	"quorumlock.dev/internal/clockdrift"
+	"quorumlock.dev/clockdrift"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 
 	"quorumlock.dev/driver"
 
-	"quorumlock.dev/internal/clockdrift"
+	"quorumlock.dev/clockdrift"
 )
 
 // noRestart is a restart time so far back that no TTL reaches it.

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/clockdrift"
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/clockdrift"
 	"quorumlock.dev/internal/memredis"
 )
 

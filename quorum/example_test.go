@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"quorumlock.dev/internal/quorum"
+	"quorumlock.dev/quorum"
 )
 
 func ExampleGroup_Do() {

@@ -21,7 +21,7 @@ type vector struct {
 }
 
 func TestValidityVectors(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/validity.json")
+	raw, err := os.ReadFile("../testdata/validity.json")
 	require.NoError(t, err)
 	var vectors []vector
 	require.NoError(t, json.Unmarshal(raw, &vectors))
