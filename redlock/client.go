@@ -334,11 +334,14 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	// A probed attempt asks master p first and the others only if p
 	// agreed, or failed: then it is a plain attempt on the rest.
 	p := l.probe - 1
-	// probed is closed once, by whichever comes first: the probe master's
-	// answer (probeState probeRefused: the others are not asked; or
-	// probeGoOn) or a quarter of the node timeout (probeGoOn: a probe
-	// master that hangs, or is slow, is not waited for). Every other call
-	// reads the same state, so that they are all asked or none is.
+	// probed is closed once the probe master answered: probeState says
+	// whether it refused (the others are not asked) or not. A fallback
+	// that asked the others once the probe master was a quarter of the
+	// node timeout late was tried and removed: a round then ended with
+	// the probe master's answer unknown, and a waiter counted that master
+	// as the holder's, waited for a release it would never publish, and
+	// slept until the key's expiry (BenchmarkContended with 8 clients
+	// stalled ~25 s in about one run of four).
 	var probed chan struct{}
 	var probeState atomic.Int32
 	var answered func(int32)
@@ -349,8 +352,6 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 				close(probed)
 			}
 		}
-		late := time.AfterFunc(c.cfg.nodeTimeout/4, func() { answered(probeGoOn) })
-		defer late.Stop()
 	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
@@ -405,7 +406,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	}
 	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
-		return nil, round, c.roundError(ctx, round, released)
+		return nil, round, c.roundError(ctx, round, l, released)
 	}
 	if l.over(deadline, l.untilBoot) {
 		c.abandon(ctx, round, l)
@@ -429,7 +430,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 const (
 	probeWaiting = iota
 	probeRefused // the probe master refused: the others are not asked
-	probeGoOn    // it agreed, failed, or was too late: the others are asked
+	probeGoOn    // it agreed or failed: the others are asked
 )
 
 // mint takes a fence for each of l's resources, in order, before deadline.
@@ -514,15 +515,19 @@ func isWrongType(err error) bool {
 // joined with every master's error and ctx.Err() when the context ended
 // the round. A master that refused because its key has another type (found
 // by the release that followed) counts as failed.
-func (c *Client) roundError(ctx context.Context, round *quorum.Round, released []release) error {
+func (c *Client) roundError(ctx context.Context, round *quorum.Round, l *Lock, released []release) error {
 	if round.TimedOut {
 		c.diagnosed(round)
 	}
 	var errs []error
 	wrong := 0
+	// A probe master that never answered: the others waited for it and
+	// were never asked, whatever the round recorded for them.
+	p := l.probe - 1
+	unasked := p >= 0 && round.Answer(p) == quorum.Pending
 	for i := range c.masters {
 		err := round.Err(i)
-		if errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) {
+		if errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) || unasked && i != p {
 			continue // refused for it by the master asked first, or never asked
 		}
 		switch {

@@ -165,7 +165,7 @@ func TestCrowdEndsWithOneHolder(t *testing.T) {
 				if !tc.wait {
 					return c.TryLock(context.Background(), resource, ttl)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
 				return c.Lock(ctx, resource, ttl)
 			})

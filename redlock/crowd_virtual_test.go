@@ -6,6 +6,8 @@ package redlock
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,11 +142,11 @@ func (h hangingProbe) Eval(ctx context.Context, s *driver.Script, keys []string,
 }
 
 // TestHungProbeMasterSkipped: a waiter woken by a release asks the probe
-// master first; when that master hangs, the other masters are asked
-// after a quarter of the node timeout, and the attempt wins on them. It
-// used to wait for the probe the whole node timeout, never ask the healthy
-// masters, and report ErrQuorumUnavailable naming all of them (an outage
-// in the hooks and metrics that did not happen).
+// master first; when that master hangs, the attempt's other calls are not
+// made, and they count as no outage: no vote, no error naming a healthy
+// master (the round used to report ErrQuorumUnavailable naming every
+// master, and the hooks an outage that did not happen). The next attempt
+// skips the master that did not answer and wins.
 func TestHungProbeMasterSkipped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, masters := memMasters(5)
@@ -156,10 +158,18 @@ func TestHungProbeMasterSkipped(t *testing.T) {
 		wrapped[p] = hangingProbe{masters[p].(full), &hang}
 		var mu sync.Mutex
 		var attempts []error
+		votes := map[string]int{}
 		waiter := virtualClient(t, wrapped, WithHooks(Hooks{
 			Attempted: func(_, _ time.Duration, err error) {
 				mu.Lock()
 				attempts = append(attempts, err)
+				mu.Unlock()
+			},
+			Voted: func(addr string, v Vote, _ time.Duration) {
+				mu.Lock()
+				if v != VoteAgreed && v != VoteRefused {
+					votes[addr]++
+				}
 				mu.Unlock()
 			},
 		}))
@@ -168,16 +178,26 @@ func TestHungProbeMasterSkipped(t *testing.T) {
 		got := lockAsync(ctx, waiter, "job", time.Minute)
 		time.Sleep(time.Second)
 		synctest.Wait()
+		mu.Lock()
+		attempts, votes = nil, map[string]int{}
+		mu.Unlock()
 		hang.Store(true)
 		released := time.Now()
 		require.NoError(t, held.Unlock(ctx))
 		r := <-got
 		require.NoError(t, r.err)
-		assert.Less(t, r.at.Sub(released), waiter.cfg.nodeTimeout, "the attempt waited out the hung probe master")
+		assert.Less(t, r.at.Sub(released), 3*waiter.cfg.nodeTimeout, "the next attempt did not skip the hung master")
 		mu.Lock()
-		defer mu.Unlock()
-		for _, err := range attempts {
-			assert.NotErrorIs(t, err, ErrQuorumUnavailable, "an outage that did not happen")
+		seen, failed := slices.Clone(attempts), maps.Clone(votes)
+		mu.Unlock()
+		hung := waiter.addrs[p]
+		for _, err := range seen {
+			for _, me := range masterErrors(err) {
+				assert.Equal(t, hung, me.Addr, "an error names a healthy master that was never asked: %v", err)
+			}
+		}
+		for addr := range failed {
+			assert.Equal(t, hung, addr, "a failed vote of a master that was never asked")
 		}
 		hang.Store(false)
 		time.Sleep(2 * waiter.cfg.nodeTimeout) // the hung call ends at its round's deadline
