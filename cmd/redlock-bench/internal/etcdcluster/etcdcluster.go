@@ -49,18 +49,27 @@ func Start(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, ErrNotInstalled
 	}
-	dir, err := os.MkdirTemp("", "choose-etcd-")
-	if err != nil {
-		return nil, fmt.Errorf("etcdcluster: %w", err)
-	}
-	c := &Cluster{dir: dir}
 	ctx, cancel := context.WithTimeout(ctx, startBy)
 	defer cancel()
-	if err := c.start(ctx, binary); err != nil {
+	// The peer ports are picked free before any member starts, so another
+	// process may take one in between, and a member then exits (seen once
+	// in CI): the whole cluster is started again on new ports, up to
+	// three times.
+	for attempt := 1; ; attempt++ {
+		dir, err := os.MkdirTemp("", "choose-etcd-")
+		if err != nil {
+			return nil, fmt.Errorf("etcdcluster: %w", err)
+		}
+		c := &Cluster{dir: dir}
+		err = c.start(ctx, binary)
+		if err == nil {
+			return c, nil
+		}
 		c.Stop()
-		return nil, fmt.Errorf("etcdcluster: start: %w", err)
+		if attempt == 3 || ctx.Err() != nil {
+			return nil, fmt.Errorf("etcdcluster: start (attempt %d): %w", attempt, err)
+		}
 	}
-	return c, nil
 }
 
 func (c *Cluster) start(ctx context.Context, binary string) error {
