@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // A release that got no reply from its master (a timeout, a refused or
@@ -171,17 +172,7 @@ func (r *retries) close(by time.Time) {
 	r.closed = true
 	close(r.stop)
 	r.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		r.wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(by))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	push.WaitBy(&r.wg, by)
 }
 
 // pendingReleases is how many releases wait to be tried again, for tests.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -105,7 +104,7 @@ func (c *Client) tryLock(ctx context.Context, resource string, ttl time.Duration
 // trySplit is one attempt, made again after a random delay while its
 // votes were split (see split): at most splitRetries more times.
 func (c *Client) trySplit(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
-	var rnd *rand.Rand = c.stream()
+	rnd := c.stream()
 	window := max(c.cfg.nodeTimeout/16, time.Millisecond)
 	var t *time.Timer
 	for k := 0; ; k++ {
