@@ -32,8 +32,8 @@ PREBUILD = $(GO) test -race -count=1 -run '^$$'
 test: deps lint
 	@$(PREBUILD) $(PKGS) >/dev/null 2>&1 || true
 	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
-	$(GO) test -count=1 -run TestSimReplays -timeout 5m ./internal/sim/
-	$(GO) test -tags simbugs -count=1 -timeout 5m ./internal/sim/ -run TestSimFindsBugs -sim.hunt 200
+	$(GO) test -count=1 -run TestSimReplays -timeout 5m ./internal/harness/sim/
+	$(GO) test -tags simbugs -count=1 -timeout 5m ./internal/harness/sim/ -run TestSimFindsBugs -sim.hunt 200
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && { $(PREBUILD) ./... >/dev/null 2>&1 || true; } && $(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
@@ -77,9 +77,9 @@ soak: deps
 
 # The simulator on new seeds for SIM_TIME (default 10m); a failing seed prints its replay command.
 sim:
-	$(GO) test -tags simbugs -count=1 -run TestSimFindsBugs -v ./internal/sim/ | grep -e 'found' -e '^---' -e '^ok' -e FAIL
-	$(GO) test -race -count=1 -timeout 5m ./internal/sim/
-	SIM_TIME=$${SIM_TIME:-10m} $(GO) test -count=1 -run 'TestSim$$' -timeout 0 -v ./internal/sim/ | grep -v -e '^=== ' -e '--- PASS'
+	$(GO) test -tags simbugs -count=1 -run TestSimFindsBugs -v ./internal/harness/sim/ | grep -e 'found' -e '^---' -e '^ok' -e FAIL
+	$(GO) test -race -count=1 -timeout 5m ./internal/harness/sim/
+	SIM_TIME=$${SIM_TIME:-10m} $(GO) test -count=1 -run 'TestSim$$' -timeout 0 -v ./internal/harness/sim/ | grep -v -e '^=== ' -e '--- PASS'
 
 # testing.B benchmarks against real redis-server processes.
 gobench: deps
@@ -93,7 +93,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@if git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- . >/dev/null 2>&1; then echo "merge conflict markers:"; git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- .; exit 1; fi
-	$(GO) vet ./... && $(GO) vet -tags simbugs ./internal/sim/
+	$(GO) vet ./... && $(GO) vet -tags simbugs ./internal/harness/sim/
 	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...); done
 	@# The library links none of the CLI's dependencies: they are the cmd/redlock-bench module's.
 	@if $(GO) list -deps ./redlock/... ./fence/... | grep -E 'etcd|gonum|porcupine|hdrhistogram|progressbar|quorumlock.dev/cmd/'; then \

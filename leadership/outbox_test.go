@@ -12,7 +12,7 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/pgfence"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/pgtest"
 	"quorumlock.dev/leadership"
 )
 

@@ -12,8 +12,8 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 )

@@ -17,15 +17,15 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/boottime"
-	"quorumlock.dev/internal/memredis"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/internal/harness/pgtest"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 	"quorumlock.dev/redlock/redlockprom"
 )
 
 // Tests of the election's logic in virtual time: in-memory masters
-// (internal/memredis, which runs the shipped scripts) and a fence counter
+// (internal/harness/memredis, which runs the shipped scripts) and a fence counter
 // on a server of its own, inside a testing/synctest bubble, so that time
 // moves only when every goroutine waits and no bound depends on the
 // machine's speed.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // A call that failed because the caller's own context had ended never

@@ -23,7 +23,7 @@ import (
 	"quorumlock.dev/fence"
 
 	"quorumlock.dev/driver/goredis"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // TestQuorumMatrix: every split of 1, 3, 5 and 7 masters into held by

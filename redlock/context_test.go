@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // waitDone waits for ctx to end, bounded so that a lock that is never

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver/goredis"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // busyCore keeps one core busy until the test ends, as another process on

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/critical"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/critical"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // BenchmarkContended: 8 goroutines of one client lock one resource over 5

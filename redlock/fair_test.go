@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
 	"strconv"

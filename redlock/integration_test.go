@@ -20,10 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/faultproxy"
-	"quorumlock.dev/internal/memredis"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/faultproxy"
+	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/quorum"
 
 	"quorumlock.dev/driver/goredis"

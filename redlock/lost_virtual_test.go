@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // lostPassWorld is, in virtual time, a fair client whose waiters poll, a

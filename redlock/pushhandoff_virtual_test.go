@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // Handoff between clients: a release hands the key to the queue's head

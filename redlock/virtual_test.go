@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // Tests of the lock's own logic in virtual time: masters are in-memory
-// servers (internal/memredis, which runs the shipped scripts), inside a
+// servers (internal/harness/memredis, which runs the shipped scripts), inside a
 // testing/synctest bubble, so that time moves only when every goroutine
 // waits and no bound depends on the machine's speed.
 

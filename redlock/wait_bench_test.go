@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"quorumlock.dev/internal/critical"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/critical"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // BenchmarkHandoff: two goroutines on one resource over 5 masters pass the

@@ -15,7 +15,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
-	"quorumlock.dev/internal/pgserver"
+	"quorumlock.dev/internal/harness/pgserver"
 )
 
 // chaosInvocation is a parsed `redlock-bench chaos` command line.

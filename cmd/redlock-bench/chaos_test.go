@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 func TestChaosBadFlags(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/cmd/redlock-bench/internal/reporttest"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 func TestMain(m *testing.M) {

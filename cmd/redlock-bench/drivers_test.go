@@ -12,7 +12,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/benchrun"
 	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 func TestDriverFlag(t *testing.T) {

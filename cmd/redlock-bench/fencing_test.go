@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/fencingbench"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/pgtest"
 )
 
 // TestFencingCommand: `redlock-bench fencing` shows the incident review's result on a

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // The secrets of these tests: distinctive, so that finding one in output means a leak.

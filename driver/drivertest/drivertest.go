@@ -1,7 +1,7 @@
 // Package drivertest is the conformance suite of the driver seam: [Run]
 // checks an adapter against the contract of package driver and the lock's
 // contract through a redlock.Client built on it, on redis-server processes
-// that it starts (internal/redistest: a missing server fails the test when
+// that it starts (internal/harness/redistest: a missing server fails the test when
 // CI is "true", and skips it elsewhere). An adapter passes it by calling
 // Run from one test. It is for tests only.
 package drivertest
@@ -24,8 +24,8 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock"
 )
 

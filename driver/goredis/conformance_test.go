@@ -9,7 +9,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/drivertest"
 	"quorumlock.dev/driver/goredis"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 func plain(t testing.TB, addr string) driver.Conn { return goredis.Conn(redistest.Client(t, addr)) }

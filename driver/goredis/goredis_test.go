@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // These tests check the adapter against the contract of package driver, on

@@ -13,8 +13,8 @@ import (
 
 	"quorumlock.dev/driver"
 	rueidisdriver "quorumlock.dev/driver/rueidis"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // The adapter's own tests: what the conformance suite cannot ask of every

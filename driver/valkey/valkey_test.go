@@ -13,8 +13,8 @@ import (
 
 	"quorumlock.dev/driver"
 	valkeydriver "quorumlock.dev/driver/valkey"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // The adapter's own tests: what the conformance suite cannot ask of every

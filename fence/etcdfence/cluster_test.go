@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"golang.org/x/sync/errgroup"
 
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // readyWithin bounds a cluster's start and a new leader's election. The

@@ -21,8 +21,8 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/etcdfence"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -20,7 +20,7 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/internal/mintertest"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/pgtest"
 )
 
 //go:embed schema.sql

@@ -2,7 +2,7 @@
 
 package bugs
 
-// Set only by the simulator's bug hunt (internal/sim, -tags simbugs),
+// Set only by the simulator's bug hunt (internal/harness/sim, -tags simbugs),
 // before its schedules start and not while they run.
 var (
 	// DriftAdded: the lease adds the clock-drift allowance instead of

@@ -44,19 +44,19 @@ var allowed = map[string][]string{
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
 	// Test harnesses.
-	"driver/drivertest":                {"driver", "fence", "internal/redisserver", "internal/redistest", "redlock"},
-	"internal/memredis":                {"driver"},
-	"internal/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/memredis", "internal/seam", "leadership", "redlock"},
-	"internal/childproc":               nil,
-	"internal/childproc/childproctest": {"internal/childproc"},
-	"internal/redisserver":             {"internal/childproc"},
-	"internal/pgserver":                {"internal/childproc"},
-	"internal/redistest":               {"internal/childproc/childproctest", "internal/redisserver"},
-	"internal/pgtest":                  {"internal/childproc/childproctest", "internal/pgserver"},
-	"internal/faultproxy":              nil,
-	"internal/critical":                nil,
-	"internal/clockshim":               {"internal/childproc"},
-	"internal/layering":                nil,
+	"driver/drivertest":                        {"driver", "fence", "internal/harness/redisserver", "internal/harness/redistest", "redlock"},
+	"internal/harness/memredis":                {"driver"},
+	"internal/harness/sim":                     {"driver", "fence", "internal/boottime", "internal/bugs", "internal/harness/memredis", "internal/seam", "leadership", "redlock"},
+	"internal/harness/childproc":               nil,
+	"internal/harness/childproc/childproctest": {"internal/harness/childproc"},
+	"internal/harness/redisserver":             {"internal/harness/childproc"},
+	"internal/harness/pgserver":                {"internal/harness/childproc"},
+	"internal/harness/redistest":               {"internal/harness/childproc/childproctest", "internal/harness/redisserver"},
+	"internal/harness/pgtest":                  {"internal/harness/childproc/childproctest", "internal/harness/pgserver"},
+	"internal/harness/faultproxy":              nil,
+	"internal/harness/critical":                nil,
+	"internal/harness/clockshim":               {"internal/harness/childproc"},
+	"internal/layering":                        nil,
 }
 
 // library are the packages a user's program links: no Redis client but
@@ -84,6 +84,9 @@ func TestLayering(t *testing.T) {
 			}
 			if p, ours := strings.CutPrefix(imp, mod); ours && !slices.Contains(want, p) {
 				t.Errorf("%s imports %s, which the layering table does not allow", pkg, p)
+			}
+			if slices.Contains(library, pkg) && strings.HasPrefix(imp, mod+"internal/harness/") {
+				t.Errorf("%s, a library package, imports the test harness %s", pkg, imp)
 			}
 			if slices.Contains(library, pkg) && strings.HasPrefix(imp, "github.com/redis/") {
 				t.Errorf("%s, a library package, imports the Redis client %s: only driver adapters may", pkg, imp)

@@ -1,4 +1,4 @@
-// Package seam is how the simulator (internal/sim) reaches inside a
+// Package seam is how the simulator (internal/harness/sim) reaches inside a
 // redlock.Client without a public option: the clocks a client reads and the
 // randomness it draws (tokens, queue ids, jitter). A world that gives every
 // client a seeded source and delivers every message at a seeded time

@@ -15,9 +15,9 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
-	"quorumlock.dev/internal/memredis"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // timeout bounds each call of these tests: generous, since they run under

@@ -15,11 +15,11 @@ import (
 
 	"quorumlock.dev/clockdrift"
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // The watcher's logic in virtual time: masters are in-memory servers
-// (internal/memredis: INFO with run_id and uptime, TIME on a clock a test
+// (internal/harness/memredis: INFO with run_id and uptime, TIME on a clock a test
 // steps) inside a testing/synctest bubble, so that every bound is exact.
 // What only a real server shows (redis-server's uptime, go-redis's reads
 // of a hung master, ACLs) is tested through redlock's API in package redlock.

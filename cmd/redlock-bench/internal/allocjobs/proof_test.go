@@ -24,9 +24,9 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/pgfence"
-	"quorumlock.dev/internal/pgtest"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/pgtest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -12,7 +12,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/embeddedredis"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/pgtest"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/faultproxy"
+	"quorumlock.dev/internal/harness/faultproxy"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -23,8 +23,8 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/embeddedredis"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
-	"quorumlock.dev/internal/childproc"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/childproc"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // The backend kinds of [Config].

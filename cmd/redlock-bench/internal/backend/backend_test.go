@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
-	"quorumlock.dev/internal/faultproxy"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/faultproxy"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // pingAddr sends PING on a fresh connection, so that a closed server fails at once instead

@@ -9,7 +9,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
-	"quorumlock.dev/internal/critical"
+	"quorumlock.dev/internal/harness/critical"
 	"quorumlock.dev/redlock"
 )
 

@@ -18,7 +18,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/backend"
 	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // The contended scenario's -procs rows run their goroutines in worker

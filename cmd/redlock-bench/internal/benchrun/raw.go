@@ -12,7 +12,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/critical"
+	"quorumlock.dev/internal/harness/critical"
 	"quorumlock.dev/redlock"
 )
 

@@ -29,8 +29,8 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/critical"
-	"quorumlock.dev/internal/faultproxy"
+	"quorumlock.dev/internal/harness/critical"
+	"quorumlock.dev/internal/harness/faultproxy"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/pgtest"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/pgtest"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // TestMain makes the test binary a worker when the suite starts it as one.

@@ -13,8 +13,8 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworker"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworld"
-	"quorumlock.dev/internal/clockshim"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/clockshim"
+	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -11,7 +11,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworker"
 	"quorumlock.dev/cmd/redlock-bench/internal/sentinel"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // A failover to a replica that lacks the key: master 0 under Sentinel loses its primary

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // A master paused with SETs in flight: the SETs apply when it resumes, for holders that have

@@ -7,7 +7,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworld"
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // Process faults on the holder: paused past its TTL, or killed, inside its critical section.

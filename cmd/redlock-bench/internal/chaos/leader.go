@@ -12,7 +12,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworker"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworld"
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 	"quorumlock.dev/redlock"
 )
 

@@ -8,7 +8,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworld"
 	"quorumlock.dev/cmd/redlock-bench/internal/netns"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // A network partition: the client cut off from a majority of the masters, each in a network

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // scenario is one way a Redis lock fails, and what must hold while it does. Its fault is made

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // Proc is one worker process.

@@ -16,8 +16,8 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/chaoscheck"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosstore"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworker"
-	"quorumlock.dev/internal/faultproxy"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/faultproxy"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // Spec is what a run is made of.

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
-	"quorumlock.dev/internal/pgserver"
+	"quorumlock.dev/internal/harness/pgserver"
 )
 
 // pgOption is a row lock (SELECT ... FOR UPDATE NOWAIT in a transaction) on a table of one row

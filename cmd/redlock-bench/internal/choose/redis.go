@@ -12,7 +12,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/lockload"
 	"quorumlock.dev/cmd/redlock-bench/internal/sentinel"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

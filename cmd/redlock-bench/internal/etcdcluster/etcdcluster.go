@@ -20,7 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // ErrNotInstalled says that the etcd binary is not on this machine's PATH.

@@ -23,7 +23,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/progress"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/fence"
-	"quorumlock.dev/internal/pgserver"
+	"quorumlock.dev/internal/harness/pgserver"
 	"quorumlock.dev/redlock"
 
 	"quorumlock.dev/driver"

@@ -4,7 +4,7 @@
 // failover in about a second. A [Group] kills the primary and waits until Sentinel has promoted
 // the replica, and can hold back replication first, so that a write acknowledged by the primary
 // is lost in the failover. A group fails over once: it does not restart the killed primary or
-// add replicas, and it shapes no network traffic (that is [quorumlock.dev/internal/faultproxy]).
+// add replicas, and it shapes no network traffic (that is [quorumlock.dev/internal/harness/faultproxy]).
 package sentinel
 
 import (
@@ -23,8 +23,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"quorumlock.dev/internal/childproc"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/childproc"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 const (

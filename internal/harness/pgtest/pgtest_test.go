@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/childproc/childproctest"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/childproc/childproctest"
+	"quorumlock.dev/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -1,5 +1,5 @@
 // Package pgtest gives tests real PostgreSQL servers, started through
-// [quorumlock.dev/internal/pgserver], a fresh database per test, and pgx pools closed when the
+// [quorumlock.dev/internal/harness/pgserver], a fresh database per test, and pgx pools closed when the
 // test ends. A missing initdb or postgres fails the test when CI is "true" and skips it
 // elsewhere. It does not provide fakes.
 //
@@ -36,8 +36,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"quorumlock.dev/internal/childproc/childproctest"
-	"quorumlock.dev/internal/pgserver"
+	"quorumlock.dev/internal/harness/childproc/childproctest"
+	"quorumlock.dev/internal/harness/pgserver"
 )
 
 // cleanupTimeout bounds the work a test's cleanup does on the server.

@@ -1,5 +1,5 @@
 // Package childproctest holds the rule that test helpers starting servers through
-// [quorumlock.dev/internal/childproc] apply when a server binary is missing: under CI=true the
+// [quorumlock.dev/internal/harness/childproc] apply when a server binary is missing: under CI=true the
 // test fails, since a suite that skips there has silently tested nothing; elsewhere it skips.
 package childproctest
 

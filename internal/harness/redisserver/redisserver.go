@@ -1,9 +1,9 @@
 // Package redisserver starts and controls real redis-server processes on the loopback interface,
-// for integration tests (through [quorumlock.dev/internal/redistest]) and for the benchmark CLI.
+// for integration tests (through [quorumlock.dev/internal/harness/redistest]) and for the benchmark CLI.
 // Each [Server] is one foreground child process on a free port (of 127.0.0.1 by default), without persistence
 // unless the caller asks for it, that can be paused, killed and restarted on the same port to
 // inject process faults. It does not install Redis, manage replication or clusters, or shape
-// network traffic; network faults belong to [quorumlock.dev/internal/faultproxy].
+// network traffic; network faults belong to [quorumlock.dev/internal/harness/faultproxy].
 package redisserver
 
 import (
@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // ErrNotInstalled is returned by [Start] when Options.Binary is empty and no redis-server is

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/pgserver"
-	"quorumlock.dev/internal/pgtest"
+	"quorumlock.dev/internal/harness/pgserver"
+	"quorumlock.dev/internal/harness/pgtest"
 )
 
 // isPostgres reports whether pid is a live (not zombie) process running postgres. A pid can be

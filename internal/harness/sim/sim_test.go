@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 // and fails t with the replay command when an invariant broke.
 func play(t *testing.T, seed uint64, cfg Config, verbose bool) Result {
 	var res Result
-	replay := fmt.Sprintf("go test ./internal/sim -run 'TestSim$' -sim.seed %d", seed)
+	replay := fmt.Sprintf("go test ./internal/harness/sim -run 'TestSim$' -sim.seed %d", seed)
 	if cfg.Bursts > 0 {
 		replay += " -sim.crowd"
 	}

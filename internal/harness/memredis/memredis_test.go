@@ -16,8 +16,8 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // step is one call, made on both servers.

@@ -1,5 +1,5 @@
 // Package sim is the deterministic simulator of quorumlock: real
-// redlock.Clients against simulated masters (internal/memredis, which runs
+// redlock.Clients against simulated masters (internal/harness/memredis, which runs
 // the shipped Lua scripts), a simulated fence counter and a guarded store,
 // all inside one testing/synctest bubble per schedule, so that time is
 // virtual and a schedule of faults is drawn from its seed. A checker reads
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // errTimeout is what a link returns for a call whose request or reply the

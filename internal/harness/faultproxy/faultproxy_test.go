@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/faultproxy"
-	"quorumlock.dev/internal/redisserver"
-	"quorumlock.dev/internal/redistest"
+	"quorumlock.dev/internal/harness/faultproxy"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
 )
 
 // newProxy starts a redis-server and a proxy in front of it, both closed when the test ends.

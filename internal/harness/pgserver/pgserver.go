@@ -1,10 +1,10 @@
 // Package pgserver starts and controls throw-away PostgreSQL servers on the loopback interface,
-// for integration tests (through [quorumlock.dev/internal/pgtest]). Each [Server] is a cluster
+// for integration tests (through [quorumlock.dev/internal/harness/pgtest]). Each [Server] is a cluster
 // made by initdb and one postmaster run in the foreground as our child process, on a free
 // 127.0.0.1 port, with trust authentication and durability switched off for speed; it can be
 // paused to inject a hung database. It does not install PostgreSQL, keep data across a crash,
 // replicate, or shape network traffic; network faults belong to
-// [quorumlock.dev/internal/faultproxy].
+// [quorumlock.dev/internal/harness/faultproxy].
 package pgserver
 
 import (
@@ -24,7 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"quorumlock.dev/internal/childproc"
+	"quorumlock.dev/internal/harness/childproc"
 )
 
 // ErrNotInstalled is returned by [Start] when initdb or postgres is not found on PATH.

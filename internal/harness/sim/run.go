@@ -19,7 +19,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/boottime"
-	"quorumlock.dev/internal/memredis"
+	"quorumlock.dev/internal/harness/memredis"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"

@@ -1,5 +1,5 @@
 // Package redistest gives tests real redis-server processes, started through
-// [quorumlock.dev/internal/redisserver] and stopped when the test ends, and go-redis clients
+// [quorumlock.dev/internal/harness/redisserver] and stopped when the test ends, and go-redis clients
 // configured so that faults surface instead of being retried away. A missing redis-server fails
 // the test when CI is "true" and skips it elsewhere. It does not provide fakes: unit tests that
 // need no real server use miniredis.
@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"quorumlock.dev/internal/childproc/childproctest"
-	"quorumlock.dev/internal/redisserver"
+	"quorumlock.dev/internal/harness/childproc/childproctest"
+	"quorumlock.dev/internal/harness/redisserver"
 )
 
 // Start starts one server for the test and stops it when the test ends. If redis-server is

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/internal/childproc/childproctest"
+	"quorumlock.dev/internal/harness/childproc/childproctest"
 )
 
 const installCompiler = "apt-get install -y gcc"
