@@ -401,7 +401,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 
 	if q != nil {
 		// Lost, the attempt is undone with its entry put back where it
-		// took the key (release.lua); won, it is not used.
+		// took the key (fair_undo.lua); won, it is not used.
 		l.requeue = []any{l.token, q.ID, q.At, q.ttlMS}
 	}
 	if round.Count(quorum.Agreed) < c.quorum {

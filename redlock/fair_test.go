@@ -468,7 +468,7 @@ func TestHandoffPublishedToHeadsClient(t *testing.T) {
 
 // TestLostAttemptKeepsPlace: a queued waiter's attempt that took a free key
 // as the queue's head left the queue there; when the attempt lost (too few
-// masters), its undo puts the entry back at its stamp (release.lua), so
+// masters), its undo puts the entry back at its stamp (fair_undo.lua), so
 // that a later arrival queued on that master, with a claim, is not handed
 // the key by the undo and does not come first at the next release.
 // Without it a later waiter collected a majority first (simulator seed
@@ -487,7 +487,7 @@ func TestLostAttemptKeepsPlace(t *testing.T) {
 	}
 	undo := func(id string, stamp int64, token string) {
 		t.Helper()
-		n, err := s.Conn().Eval(ctx, releaseScript, []string{key}, token, id, stamp, 3000)
+		n, err := s.Conn().Eval(ctx, fairUndoScript, []string{key}, token, id, stamp, 3000)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, "the undo did not find its key")
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 )
@@ -156,6 +157,12 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 		})
 		if err != nil {
 			replies[i].Store(-1)
+			if !driver.Replied(err) && !bugs.NoReleaseRetry {
+				// The call may not have run, and our key be there still:
+				// its release is tried again (cleanup.go). A key the call
+				// set for q is next's, and goes with it.
+				c.retryRelease(l, i, l.releaser(), l.releaseArgs())
+			}
 		} else {
 			replies[i].Store(n + 1)
 		}

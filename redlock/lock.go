@@ -37,7 +37,7 @@ type Lock struct {
 	queued   bool          // round was a queued waiter's (fair_lock.lua)
 	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
 	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
-	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (release.lua)
+	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (fair_undo.lua)
 	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 	probed   push.Holder   // who held the key there when it refused (probeCall); OK false: not read
 	// probeWrongType: the probe master's key holds another type (probeCall)
@@ -398,7 +398,7 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 			return
 		}
 		if err == nil && agreed && l.requeue != nil {
-			l.releaseOne(ctx, i, &out[i], l.requeue)
+			l.releaseWith(ctx, i, &out[i], fairUndoScript, l.requeue)
 			return
 		}
 		if err != nil {
@@ -438,13 +438,22 @@ func (l *Lock) releaseArgs() []any {
 	return append([]any{l.token, "", "", 0}, strs(l.stale)...)
 }
 
-// releaseOne runs the compare-and-delete with args on master i and records
-// it in r.
-func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
-	script := releaseScript
+// releaser is l's release: release.lua, or handoff.lua (with no
+// handoff) when l carries entries to remove.
+func (l *Lock) releaser() *driver.Script {
 	if len(l.stale) > 0 {
-		script = handoffScript
+		return handoffScript
 	}
+	return releaseScript
+}
+
+// releaseOne runs l's release with args on master i and records it in r.
+func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
+	l.releaseWith(ctx, i, r, l.releaser(), args)
+}
+
+// releaseWith is releaseOne with script.
+func (l *Lock) releaseWith(ctx context.Context, i int, r *release, script *driver.Script, args []any) {
 	n, err := evalInt(ctx, l.c.masters[i], script, l.keys, args...)
 	switch {
 	case err != nil:

@@ -25,6 +25,10 @@ var (
 	fairLockLua    string
 	fairLockScript = driver.NewScript(queueLua + fairLockLua)
 
+	//go:embed scripts/fair_undo.lua
+	fairUndoLua    string
+	fairUndoScript = driver.NewScript(queueLua + fairUndoLua)
+
 	//go:embed scripts/fair_leave.lua
 	fairLeaveLua    string
 	fairLeaveScript = driver.NewScript(queueLua + fairLeaveLua)

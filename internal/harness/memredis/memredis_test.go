@@ -107,7 +107,7 @@ func call(ctx context.Context, c driver.Conn, s step) (any, error) {
 // replies carry no clock.
 func shippedScripts(t *testing.T) [][]step {
 	read := func(path string) string {
-		b, err := os.ReadFile(filepath.Join("..", "..", path))
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", path))
 		require.NoError(t, err)
 		return string(b)
 	}
