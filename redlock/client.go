@@ -5,9 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -17,7 +15,6 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/quorum"
-	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/watch"
 )
@@ -46,17 +43,12 @@ type Client struct {
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
-	push      *push.Hub        // subscriptions for waiters, made at the first wait
-	cluster   bool             // some master spreads keys by hash slot: LockAll needs one hash tag
-	line      fair.Line[*Lock] // fair waiters that a release may hand the lock to
-	handed    atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
-	taken     atomic.Uint64    // locks a waiter of this client took from handoffs pushed by the masters (takePushed)
-	passed    atomic.Uint64    // ... and without a round (see passOn)
-	tag       string           // 8 hex digits in the ids of this client's queued waiters
-	stamped   atomic.Int64     // the last arrival stamp given (see stamp)
-	retries   retries          // releases that got no reply, tried again (cleanup.go)
-	flights   flights          // TryLock attempts in flight, by resource (split.go)
-	warm      warmup           // the first call to each master (warm.go)
+	push      *push.Hub // subscriptions for waiters, made at the first wait
+	cluster   bool      // some master spreads keys by hash slot: LockAll needs one hash tag
+	policy    policy    // how a Lock call waits (wait.go): plain, or fair
+	retries   retries   // releases that got no reply, tried again (cleanup.go)
+	flights   flights   // TryLock attempts in flight, by resource (split.go)
+	warm      warmup    // the first call to each master (warm.go)
 }
 
 // New returns a client over masters, one per independent Redis master adapted to
@@ -92,14 +84,18 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		group:     quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
 		cfg:       cfg,
 	}
-	c.tag = fmt.Sprintf("%08x", randUint32(c.stream()))
+	tag := fmt.Sprintf("%08x", randUint32(c.stream()))
 	c.retries.init(len(masters))
-	c.line.Wall = wallMicros
+	wall := wallMicros
 	if cfg.seamClock != nil {
 		c.clock = seamClock{cfg.seamClock}
 		if w, ok := cfg.seamClock.(seam.WallClock); ok {
-			c.line.Wall = func() int64 { return w.Wall().UnixMicro() }
+			wall = func() int64 { return w.Wall().UnixMicro() }
 		}
+	}
+	c.policy = plainPolicy{c}
+	if cfg.fairTTL > 0 {
+		c.policy = newFairPolicy(c, tag, wall)
 	}
 	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
 	seen := make(map[string]int, len(masters))
@@ -221,29 +217,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, &lockWait{c: c, resource: resource, ttl: ttl, rnd: c.stream()})
-}
-
-// take makes a lock handed over by a release (see handoff.go) ours: its
-// fence is minted here, within its validity. A lock it cannot take (no
-// fence) is freed, and the call goes on waiting: when q, its queued state,
-// was passed the lock in-process, q's entry is among those the lock's
-// release removes as left behind by a waiter that took it (see passOn);
-// it is taken off that list, or the release would remove the entry of a
-// waiter still queued, and delete the key its next attempt sets (found by
-// the simulator: a lock held on two masters of five;
-// TestFailedTakeKeepsEntryVirtual).
-func (c *Client) take(ctx context.Context, l *Lock, q *queued) (*Lock, error) {
-	if c.cfg.minter != nil {
-		if err := c.mint(ctx, l, l.until); err != nil {
-			if q != nil {
-				l.stale = slices.DeleteFunc(slices.Clone(l.stale), func(e string) bool { return e == q.Entry })
-			}
-			l.abandonHanded(ctx, nil)
-			return nil, err
-		}
-	}
-	return l, nil
+	return c.wait(ctx, func() (waiter, error) { return c.policy.join(ctx, resource, ttl) })
 }
 
 func (c *Client) check(resource string, ttl time.Duration) error {
@@ -279,23 +253,35 @@ func (c *Client) lease(ttl time.Duration) time.Duration {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// attempt is one round of the algorithm: SET NX on every master (or, for
-// a queued waiter q, the fair lock script), the validity check, the fence.
-// On a loss it also returns the round, for the wait that follows.
-func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
-	return c.attemptLock(ctx, newLock(c, resource, c.newToken()), ttl, q)
+// attempt is one round of the algorithm on resource: SET NX on every
+// master, the validity check, the fence. On a loss it also returns the
+// round, for the wait that follows.
+func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration) (*Lock, *quorum.Round, error) {
+	return c.attemptLock(ctx, newLock(c, resource, c.newToken()), ttl, nil)
 }
 
-// attemptLock is attempt for l's keys: one SET NX, or for several resources
-// one script that sets all of them or none (never queued: q is nil). The
+// An asker is how a wait policy's attempt asks each master (the fair
+// policy's queued call, the plain policy's probe master first); nil asks
+// every master at once to set the keys (setNX).
+type asker interface {
+	// prepare readies the attempt on l, once the round is to start.
+	prepare(l *Lock, ttl time.Duration)
+	// ask is master i's call of the attempt: true when l's key is ours.
+	ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error)
+	// asked hears of the round once it is decided, with its start on both
+	// clocks, before its outcome is.
+	asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration)
+}
+
+// attemptLock is attempt for l's keys, asked by a (nil: setNX). The
 // Attempted hook hears of it.
-func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
+func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, a asker) (*Lock, *quorum.Round, error) {
 	attempted := c.cfg.hooks.Attempted
 	if attempted == nil {
-		return c.lockRound(ctx, l, ttl, q)
+		return c.lockRound(ctx, l, ttl, a)
 	}
 	start := time.Now()
-	got, round, err := c.lockRound(ctx, l, ttl, q)
+	got, round, err := c.lockRound(ctx, l, ttl, a)
 	var validity time.Duration
 	if err == nil {
 		now, _ := c.clock.now()
@@ -306,7 +292,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, q 
 }
 
 // lockRound is attemptLock without the hook.
-func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *queued) (*Lock, *quorum.Round, error) {
+func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a asker) (*Lock, *quorum.Round, error) {
 	if err := c.admit(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -315,74 +301,17 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	ttl = ttl.Truncate(time.Millisecond)
 	l.ttl = ttl
 	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
-	// acquire_all.lua's ARGV, one list for every master.
-	var args []any
-	if len(l.keys) > 1 {
-		args = []any{l.token, ttl.Milliseconds()}
-	}
-
-	var rep *fairReplies
-	if q != nil {
-		rep = &fairReplies{r: make([]push.Holder, len(c.masters)), foreign: make([]int64, len(c.masters))}
-		if c.line.Claims(q.Waiter) { // marks q Claimed, under the line's mutex
-			rep.claim = "1"
-		}
-		q.last = rep
-		l.queued = true
-	}
-
-	// A probed attempt asks master p first and the others only if p
-	// agreed, or failed: then it is a plain attempt on the rest.
-	p := l.probe - 1
-	// probed is closed once the probe master answered: probeState says
-	// whether it refused (the others are not asked) or not. A fallback
-	// that asked the others once the probe master was a quarter of the
-	// node timeout late was tried and removed: a round then ended with
-	// the probe master's answer unknown, and a waiter counted that master
-	// as the holder's, waited for a release it would never publish, and
-	// slept until the key's expiry (BenchmarkContended with 8 clients
-	// stalled ~25 s in about one run of four).
-	var probed chan struct{}
-	var probeState atomic.Int32
-	var answered func(int32)
-	if p >= 0 {
-		probed = make(chan struct{})
-		answered = func(st int32) {
-			if probeState.CompareAndSwap(probeWaiting, st) {
-				close(probed)
-			}
-		}
+	if a != nil {
+		a.prepare(l, ttl)
 	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
-		if probed != nil && i != p {
-			select {
-			case <-probed:
-			case <-ctx.Done():
-				// Never asked: this says nothing of the master.
-				return false, errNotAsked
-			}
-			if probeState.Load() == probeRefused {
-				return false, errNotProbed
-			}
-		}
-		set, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
-			switch {
-			case q != nil:
-				return c.fairCall(ctx, m, i, q, rep, l.token, ttl.Milliseconds())
-			case i == p && len(l.keys) == 1:
-				return probeCall(ctx, m, l, ttl.Milliseconds())
-			case len(l.keys) == 1:
-				return m.SetNX(ctx, l.keys[0], l.token, ttl)
-			}
-			return acquireAll(ctx, m, l.keys, args)
-		})
-		if i == p {
-			if err == nil && !set && !l.probeWrongType {
-				answered(probeRefused)
-			} else {
-				answered(probeGoOn)
-			}
+		var set bool
+		var err error
+		if a == nil {
+			set, err = c.setNX(ctx, i, l, ttl)
+		} else {
+			set, err = a.ask(ctx, i, l, ttl)
 		}
 		// Without an error, set is false when the key was held by another
 		// token or of another type (the release that follows tells which).
@@ -392,18 +321,12 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 	if bugs.LeaseFromRoundEnd {
 		start, boot = c.clock.now()
 	}
-	if q != nil {
-		q.latest = queuedAttempt{token: l.token, ttl: ttl, start: start, boot: boot, round: round}
+	if a != nil {
+		a.asked(l, round, start, boot)
 	}
 	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
-
-	if q != nil {
-		// Lost, the attempt is undone with its entry put back where it
-		// took the key (fair_undo.lua); won, it is not used.
-		l.requeue = []any{l.token, q.ID, q.At, q.ttlMS}
-	}
 	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
 		return nil, round, c.roundError(ctx, round, l, released)
@@ -420,18 +343,23 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, q *q
 		}
 	}
 	l.until = deadline
-	// Its release goes to every master: one that refused a queued attempt
-	// may have handed the key to its token since.
-	l.queued, l.requeue = false, nil
+	// A held lock's release goes to every master, with release.lua: one
+	// that refused a queued attempt may have handed the key to its token
+	// since.
+	l.refusedClean, l.undo = false, nil
 	return l, nil, nil
 }
 
-// What a probed round's other calls do (see lockRound).
-const (
-	probeWaiting = iota
-	probeRefused // the probe master refused: the others are not asked
-	probeGoOn    // it agreed or failed: the others are asked
-)
+// setNX is master i's call of a plain attempt on l: SET NX, or for several
+// resources one script that sets all of them or none.
+func (c *Client) setNX(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
+	return call(c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
+		if len(l.keys) == 1 {
+			return m.SetNX(ctx, l.keys[0], l.token, ttl)
+		}
+		return acquireAll(ctx, m, l.keys, []any{l.token, ttl.Milliseconds()})
+	})
+}
 
 // mint takes a fence for each of l's resources, in order, before deadline.
 func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
@@ -461,37 +389,6 @@ func (c *Client) mint(ctx context.Context, l *Lock, deadline time.Time) error {
 		}
 	}
 	return nil
-}
-
-// probeCall is a probed attempt's call to the master it asks first, m:
-// SET NX, and on a refusal who holds the key there (scripts/probe.lua),
-// kept in l.probed for the wait that follows. The other calls of the round
-// start after it returns: nothing else writes l.probed.
-func probeCall(ctx context.Context, m driver.Conn, l *Lock, ttlMS int64) (bool, error) {
-	v, err := m.Eval(ctx, probeScript, l.keys, l.token, ttlMS)
-	if err != nil {
-		return false, err
-	}
-	switch v := v.(type) {
-	case int64:
-		switch v {
-		case 1:
-			return true, nil
-		case 0:
-			// A key of another type: the others are asked too, so that
-			// a majority of such keys ends the wait (ErrWrongType).
-			l.probeWrongType = true
-			return false, nil
-		}
-	case []any:
-		if len(v) == 2 {
-			if h := holderOf(v[0], v[1]); h.OK {
-				l.probed = h
-				return false, nil
-			}
-		}
-	}
-	return false, fmt.Errorf("%w: %v (%T) from the probe script", driver.ErrUnexpectedReply, v, v)
 }
 
 // abandon releases the key of a failed attempt on every master, with a

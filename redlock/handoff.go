@@ -44,9 +44,9 @@ const (
 // passable reports whether a lease that ends at until (untilBoot on the
 // clock that counts suspend) has at least three quarters of q's lease left:
 // enough to pass it on to q as it is.
-func (c *Client) passable(q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) bool {
-	lease := c.lease(q.TTL)
-	now, boot := c.clock.now()
+func (p *fairPolicy) passable(q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) bool {
+	lease := p.c.lease(q.TTL)
+	now, boot := p.c.clock.now()
 	left := min(until.Sub(now), untilBoot-boot)
 	return left >= lease/4*3
 }
@@ -54,14 +54,6 @@ func (c *Client) passable(q *fair.Waiter[*Lock], until time.Time, untilBoot time
 // staleBatch is how many entries a chain of passes leaves queued before
 // they are removed in the background.
 const staleBatch = 16
-
-func strs(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
 
 // passOn is Unlock when q, the next waiter of this client, is covered (no
 // waiter of another client is ahead of it, see coveredLocked) and the
@@ -71,35 +63,39 @@ func strs(ss []string) []any {
 // see nothing: their keys hold the same token until the same expiry, so
 // mutual exclusion is l's, and l has ended before q's Lock exists. Waiters
 // of other clients keep their place: q was ahead of them by its stamp.
-func (l *Lock) passOn(ctx context.Context, q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) error {
-	c := l.c
+func (p *fairPolicy) passOn(ctx context.Context, l *Lock, q *fair.Waiter[*Lock], until time.Time, untilBoot time.Duration) error {
+	c := p.c
 	next := &Lock{c: c, resource: l.resource, key: l.key, keys: l.keys, token: l.token, args: l.args,
-		round: l.round, queued: l.queued, passed: true, until: until, untilBoot: untilBoot}
+		round: l.round, until: until, untilBoot: untilBoot, ttl: l.ttl}
 	// The entries of the waiters of this chain of passes stay queued (q's
 	// is added by deliver, when q has one): the release that ends the
 	// chain removes them, or a batch in the background once there are
 	// enough. Not q's at once: an attempt of q's may still be putting it
 	// there.
-	stale := l.stale
+	var stale []string
+	if ch := chainOf(l); ch != nil {
+		stale = ch.stale
+	}
 	if len(stale) >= staleBatch {
-		c.leave(ctx, []string{q.Key}, strs(stale), q.TTL, nil)
+		p.leave(ctx, []string{q.Key}, strs(stale), q.TTL, nil)
 		stale = nil
 	}
-	next.stale = stale
-	c.passed.Add(1)
+	setStale(next, stale)
+	p.passed.Add(1)
 	if attempted := c.cfg.hooks.Attempted; attempted != nil {
 		now, _ := c.clock.now()
 		attempted(0, until.Sub(now), nil)
 	}
-	c.deliver(ctx, q, next)
+	p.deliver(ctx, q, next)
 	return nil
 }
 
 // deliver ends a handoff to q of l, the lock it took: the waiter listed
 // after q is then next in line (package fair). A q that left the line
 // meanwhile does not take it: l is freed.
-func (c *Client) deliver(ctx context.Context, q *fair.Waiter[*Lock], l *Lock) {
-	if !c.line.Deliver(q, l, l.passed, func() { l.stale = append(l.stale[:len(l.stale):len(l.stale)], q.Entry) }) {
+func (p *fairPolicy) deliver(ctx context.Context, q *fair.Waiter[*Lock], l *Lock) {
+	ch := chainOf(l)
+	if !p.line.Deliver(q, l, ch != nil, func() { setStale(l, append(ch.stale[:len(ch.stale):len(ch.stale)], q.Entry)) }) {
 		l.abandonHanded(ctx, nil)
 	}
 }
@@ -126,8 +122,8 @@ func (l *Lock) abandonHanded(ctx context.Context, after func()) {
 // free for the head. The masters where l's call failed or is still running
 // get the plain release once it has returned, in the background. Unlock's
 // outcome counts the masters where l's token was released, handed or not.
-func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
-	c := l.c
+func (p *fairPolicy) handOff(ctx context.Context, l *Lock, q *fair.Waiter[*Lock]) error {
+	c := p.c
 	detached := context.WithoutCancel(ctx)
 	old := l.round
 	next := newLock(c, l.resource, c.newToken())
@@ -147,13 +143,17 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 			who[i].Store(byHandoff)
 		}
 	}
+	var stale []any
+	if ch := chainOf(l); ch != nil {
+		stale = strs(ch.stale)
+	}
 	start, boot := c.clock.now()
 	round := c.group.Do(detached, func(ctx context.Context, i int) (bool, error) {
 		if who[i].Load() != byHandoff {
 			return false, errNotHanded
 		}
 		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return evalInt(ctx, m, handoffScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, strs(l.stale)...)...)
+			return evalInt(ctx, m, handoffScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, stale...)...)
 		})
 		if err != nil {
 			replies[i].Store(-1)
@@ -161,7 +161,8 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 				// The call may not have run, and our key be there still:
 				// its release is tried again (cleanup.go). A key the call
 				// set for q is next's, and goes with it.
-				c.retryRelease(l, i, l.releaser(), l.releaseArgs())
+				script, args := l.releaser()
+				c.retryRelease(l, i, script, args)
 			}
 		} else {
 			replies[i].Store(n + 1)
@@ -174,7 +175,6 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	deadline := start.Add(lease)
 	next.untilBoot, next.ttl = boot+lease, ttl
 
-	args := l.releaseArgs()
 	old.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		if !who[i].CompareAndSwap(undecided, byRelease) {
 			return
@@ -185,7 +185,7 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 			return
 		}
 		var r release
-		l.releaseOne(ctx, i, &r, args)
+		l.releaseOne(ctx, i, &r)
 		switch r.state.Load() {
 		case releasedHeld:
 			replies[i].Store(1 + 1)
@@ -200,19 +200,19 @@ func (l *Lock) handOff(ctx context.Context, q *fair.Waiter[*Lock]) error {
 	switch got := round.Count(quorum.Agreed); {
 	case got >= c.quorum && !next.over(deadline, next.untilBoot):
 		next.until = deadline
-		c.handed.Add(1)
+		p.handed.Add(1)
 		if attempted := c.cfg.hooks.Attempted; attempted != nil {
 			now, _ := c.clock.now()
 			attempted(now.Sub(start), deadline.Sub(now), nil)
 		}
-		c.deliver(ctx, q, next)
+		p.deliver(ctx, q, next)
 	default:
 		// Too few counted to hold. Masters that took q's token may be among
 		// those not counted (quarantined, a reply lost after the script
 		// ran, a call that outlives the round): their keys would stay for
 		// q's whole TTL with a token nobody holds. Free them, then q tries
 		// at once.
-		c.line.Withdraw(q)
+		p.line.Withdraw(q)
 		next.abandonHanded(ctx, q.Nudge)
 	}
 

@@ -234,3 +234,6 @@ func leastCycleAllocs(t *testing.T, ttl time.Duration, rounds int, clients ...*C
 	}
 	return least
 }
+
+// fairOf is c's fair policy (c was made WithFairness).
+func fairOf(c *Client) *fairPolicy { return c.policy.(*fairPolicy) }

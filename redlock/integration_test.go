@@ -290,38 +290,39 @@ func TestProbeScript(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			key := "lock:probe-" + name
-			l := &Lock{keys: []string{key}, token: "first"}
-			set, err := probeCall(ctx, m, l, 60_000)
+			l, a := &Lock{keys: []string{key}, token: "first"}, &probeAsk{}
+			set, err := a.probeCall(ctx, m, l, 60_000)
 			require.NoError(t, err)
 			assert.True(t, set, "a free key was not set")
-			assert.False(t, l.probed.OK)
+			assert.False(t, a.holder.OK)
 
-			l = &Lock{keys: []string{key}, token: "second"}
-			set, err = probeCall(ctx, m, l, 60_000)
+			l, a = &Lock{keys: []string{key}, token: "second"}, &probeAsk{}
+			set, err = a.probeCall(ctx, m, l, 60_000)
 			require.NoError(t, err)
 			assert.False(t, set, "a held key was set")
-			assert.True(t, l.probed.OK)
-			assert.Equal(t, "first", l.probed.Token)
-			assert.Greater(t, l.probed.PTTL, int64(50_000))
-			assert.LessOrEqual(t, l.probed.PTTL, int64(60_000))
+			assert.True(t, a.holder.OK)
+			assert.Equal(t, "first", a.holder.Token)
+			assert.Greater(t, a.holder.PTTL, int64(50_000))
+			assert.LessOrEqual(t, a.holder.PTTL, int64(60_000))
 
 			other := key + ":hash"
 			_, err = m.Eval(ctx, makeHash, []string{other})
 			require.NoError(t, err)
-			l = &Lock{keys: []string{other}, token: "third"}
-			set, err = probeCall(ctx, m, l, 60_000)
+			l, a = &Lock{keys: []string{other}, token: "third"}, &probeAsk{}
+			set, err = a.probeCall(ctx, m, l, 60_000)
 			require.NoError(t, err)
 			assert.False(t, set, "a key of another type was set")
-			assert.False(t, l.probed.OK, "a holder was read from a key of another type")
+			assert.False(t, a.holder.OK, "a holder was read from a key of another type")
+			assert.True(t, a.wrongType, "a key of another type was not told")
 		})
 	}
 	// A reply the script cannot give (a proxy, another server) is a typed
 	// error of the master, not a refusal.
 	for _, v := range []any{"OK", int64(2), []any{"first"}, []any{"first", "soon"}} {
-		l := &Lock{keys: []string{"lock:probe"}, token: "t"}
-		_, err := probeCall(context.Background(), replying{mem.Conn().(full), v}, l, 60_000)
+		l, a := &Lock{keys: []string{"lock:probe"}, token: "t"}, &probeAsk{}
+		_, err := a.probeCall(context.Background(), replying{mem.Conn().(full), v}, l, 60_000)
 		assert.ErrorIs(t, err, driver.ErrUnexpectedReply, "reply %#v", v)
-		assert.False(t, l.probed.OK, "reply %#v read as a holder", v)
+		assert.False(t, a.holder.OK, "reply %#v read as a holder", v)
 	}
 }
 

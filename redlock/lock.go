@@ -12,7 +12,6 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/quorum"
-	"quorumlock.dev/redlock/internal/push"
 )
 
 // Lock is a held lock, safe for concurrent use (Unlock and Extend serialised):
@@ -34,15 +33,17 @@ type Lock struct {
 	multi    []string      // the resources of a lock on several (sorted), nil for one
 	fences   []uint64      // their fences, in the same order; nil for one resource
 	round    *quorum.Round // the acquiring round; releases wait for its calls
-	queued   bool          // round was a queued waiter's (fair_lock.lua)
-	passed   bool          // passed on in-process by a holder of this client (passOn): its token, keys, round and lease
-	stale    []string      // queue entries of this client's waiters that passOn left behind: its release removes them
-	requeue  []any         // a queued waiter's lost attempt: the undo's arguments that put its entry back (fair_undo.lua)
-	probe    int           // an attempt's master asked first, +1 (see probeMaster); 0: none
-	probed   push.Holder   // who held the key there when it refused (probeCall); OK false: not read
-	// probeWrongType: the probe master's key holds another type (probeCall)
-	probeWrongType bool
-	ttl            time.Duration // of the keys last set: a release retried in the background stops once it passed
+	// What a wait policy changed in how the keys are released: the
+	// refusals of the attempt set nothing (fair_lock.lua), so its release
+	// skips those masters; a lost attempt's undo on the masters that agreed
+	// (fair_undo.lua); the release of the held lock (handoff.lua, removing
+	// entries); nil: release.lua with the token.
+	refusedClean bool
+	undo         *scriptCall
+	releaseBy    *scriptCall
+	kept         any           // the wait policy's own state of a held lock (fair: a pass in-process)
+	probe        int           // an attempt's master asked first, +1 (see probeMaster); 0: none
+	ttl          time.Duration // of the keys last set: a release retried in the background stops once it passed
 
 	op opLock // serialises Unlock and Extend
 
@@ -271,24 +272,12 @@ func (l *Lock) unlock(ctx context.Context) error {
 	lost := l.cause // the lock ended before this Unlock: nil when it had not
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
-	if l.c.cfg.fairTTL > 0 && len(l.keys) == 1 {
-		if q, covered, lazy := l.c.line.Pick(l.key); q != nil {
-			switch {
-			case lost != nil:
-				// Its keys may be gone and another client may hold the
-				// lock: nothing of it is passed on. A plain release, then
-				// q tries in a round of its own.
-				defer l.c.line.Unpick(q)
-			case covered && l.c.passable(q, until, untilBoot): // never a waiter that Claimed (fair.Line.Pick)
-				return l.passOn(ctx, q, until, untilBoot)
-			case lazy:
-				// No entry of q's for the masters to hand the key to: a
-				// plain release, then q's first attempt.
-				defer l.c.line.Unpick(q)
-			default:
-				return l.handOff(ctx, q)
-			}
-		}
+	err, done, after := l.c.policy.unlock(ctx, l, until, untilBoot, lost)
+	if done {
+		return err
+	}
+	if after != nil {
+		defer after()
 	}
 
 	// A majority that confirmed settles Unlock: a slow master is then
@@ -387,18 +376,16 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 	if bugs.CleanupOnCallerCtx {
 		detached = ctx
 	}
-	args := l.releaseArgs()
 	round.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
 		agreed, err := round.Result(i)
-		if !extend && err == nil && !agreed && l.queued && len(l.stale) == 0 {
+		if !extend && err == nil && !agreed && l.refusedClean {
 			// fair_lock.lua refused: it set nothing, and a key of another
-			// type would have failed it. (Entries left behind by passOn
-			// are removed there too, by the release.)
+			// type would have failed it.
 			out[i].state.Store(releasedNotOurs)
 			return
 		}
-		if err == nil && agreed && l.requeue != nil {
-			l.releaseWith(ctx, i, &out[i], fairUndoScript, l.requeue)
+		if err == nil && agreed && l.undo != nil {
+			l.releaseWith(ctx, i, &out[i], l.undo.script, l.undo.args)
 			return
 		}
 		if err != nil {
@@ -412,44 +399,41 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 				// since (a pause that ended, a timeout of the past): its
 				// release counts like any other, and a majority that
 				// confirmed without it still returns at once.
-				l.releaseOne(ctx, i, &out[i], args)
+				l.releaseOne(ctx, i, &out[i])
 				return
 			}
 			// A master in trouble: release it without holding up the caller.
 			go func() {
 				ctx, cancel := context.WithTimeout(detached, c.cfg.nodeTimeout)
 				defer cancel()
-				l.releaseOne(ctx, i, &out[i], args)
+				l.releaseOne(ctx, i, &out[i])
 			}()
 			return
 		}
-		l.releaseOne(ctx, i, &out[i], args)
+		l.releaseOne(ctx, i, &out[i])
 	}, settled)
 	return out
 }
 
-// releaseArgs are the release script's arguments for l: its token, and for
-// handoff.lua, with no handoff, the entries that passOn left behind, for the
-// release to remove.
-func (l *Lock) releaseArgs() []any {
-	if len(l.stale) == 0 {
-		return l.args
-	}
-	return append([]any{l.token, "", "", 0}, strs(l.stale)...)
+// scriptCall is a script with its arguments, for a lock's keys.
+type scriptCall struct {
+	script *driver.Script
+	args   []any
 }
 
-// releaser is l's release: release.lua, or handoff.lua (with no
-// handoff) when l carries entries to remove.
-func (l *Lock) releaser() *driver.Script {
-	if len(l.stale) > 0 {
-		return handoffScript
+// releaser is l's release: release.lua with the token, unless a wait
+// policy set another (releaseBy).
+func (l *Lock) releaser() (*driver.Script, []any) {
+	if l.releaseBy != nil {
+		return l.releaseBy.script, l.releaseBy.args
 	}
-	return releaseScript
+	return releaseScript, l.args
 }
 
-// releaseOne runs l's release with args on master i and records it in r.
-func (l *Lock) releaseOne(ctx context.Context, i int, r *release, args []any) {
-	l.releaseWith(ctx, i, r, l.releaser(), args)
+// releaseOne runs l's release on master i and records it in r.
+func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
+	script, args := l.releaser()
+	l.releaseWith(ctx, i, r, script, args)
 }
 
 // releaseWith is releaseOne with script.

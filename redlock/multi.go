@@ -35,7 +35,9 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 	if _, err := c.newMulti(resources, ttl, nil); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, &lockWait{c: c, resource: strings.Join(resources, ","), multi: resources, ttl: ttl, rnd: c.stream()})
+	return c.wait(ctx, func() (waiter, error) {
+		return &pollWait{waitBase: waitBase{c: c, resource: strings.Join(resources, ","), ttl: ttl, rnd: c.stream()}, resources: resources}, nil
+	})
 }
 
 // newMulti checks resources and makes the Lock an attempt fills in.

@@ -54,7 +54,7 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		require.NoError(t, r.err)
 		assert.Equal(t, released, r.at, "not handed over at the release")
 		assert.Equal(t, before, votes.Load(), "the waiter made an attempt after the release")
-		assert.Equal(t, uint64(1), b.taken.Load(), "not taken from the masters' handoff")
+		assert.Equal(t, uint64(1), fairOf(b).taken.Load(), "not taken from the masters' handoff")
 		lease := b.lease(ttl)
 		assert.False(t, r.l.Until().After(released.Add(lease)), "the lease counts from after the keys were set")
 		assert.True(t, r.l.Until().After(released.Add(lease-b.cfg.fairTTL/3-time.Millisecond)), "the lease starts earlier than the latest attempt")

@@ -20,10 +20,11 @@ import (
 //     (a flight): the first makes it, the others take its outcome. Won, it
 //     is the first call's lock and the others' ErrNotAcquired.
 //   - A lost attempt is a refusal only when another token holds a majority
-//     of the masters that were read. Otherwise the votes were split (no
-//     attempt holds a majority, and each of those that took part releases
-//     what it set): the attempt is made again after a random delay, up to
-//     splitRetries times, in windows that double.
+//     of the masters or may still (counting the masters whose holder is
+//     not known as its). Otherwise the votes were split (no attempt holds
+//     a majority, and each of those that took part releases what it set):
+//     the attempt is made again after a random delay, up to splitRetries
+//     times, in windows that double.
 
 // splitRetries bounds the attempts a TryLock makes again after split votes.
 const splitRetries = 5
@@ -108,7 +109,7 @@ func (c *Client) trySplit(ctx context.Context, resource string, ttl time.Duratio
 	window := max(c.cfg.nodeTimeout/16, time.Millisecond)
 	var t *time.Timer
 	for k := 0; ; k++ {
-		l, round, err := c.attempt(ctx, resource, ttl, nil)
+		l, round, err := c.attempt(ctx, resource, ttl)
 		if err == nil || k == splitRetries || !c.split(ctx, round, resource, err) {
 			return l, err
 		}
@@ -128,23 +129,37 @@ func (c *Client) trySplit(ctx context.Context, resource string, ttl time.Duratio
 	}
 }
 
-// split reports a lost round (err its error) whose refusals show no other
-// token on a majority of the masters: those who set keys in it lost too,
-// and release them. It reads who holds the key on the masters that
-// refused; a round that lost to masters that failed, or to keys of
-// another type, is no split.
+// split reports a lost round (err its error) in which no token holds a
+// majority of the masters or may still reach one: those who set keys in it
+// lost too, and release them. It reads who holds the key on the masters
+// that refused, in time or after the round was decided; a master whose
+// holder is not known (its call or the read failed or did not answer) may
+// be any token's. A round that lost to keys
+// of another type is no split.
 func (c *Client) split(ctx context.Context, round *quorum.Round, resource string, err error) bool {
 	if round == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
 		return false
 	}
-	replies := c.readHolders(ctx, round, "lock:"+resource)
+	replies := c.readHolders(ctx, round, "lock:"+resource, true)
 	counts := make(map[string]int, len(replies))
-	for _, r := range replies {
-		if r.OK && r.Token != "" {
-			if counts[r.Token]++; counts[r.Token] >= c.quorum {
-				return false // a holder, or the queue's head being handed it
-			}
+	best, unknown := 0, 0
+	for i, r := range replies {
+		switch {
+		case r.OK && r.Token != "":
+			counts[r.Token]++
+			best = max(best, counts[r.Token])
+		case !r.OK && !ours(round, i):
+			unknown++
 		}
 	}
-	return true
+	// A holder, or the queue's head being handed the key, or one that
+	// the masters we cannot read may make one.
+	return best+unknown < c.quorum
+}
+
+// ours reports whether master i took our key in round, in time or after
+// the round was decided (the release that followed has freed it).
+func ours(round *quorum.Round, i int) bool {
+	agreed, _, ok := round.Returned(i)
+	return ok && agreed
 }

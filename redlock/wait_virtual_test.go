@@ -129,7 +129,7 @@ func TestProbeLostToReleasedKeyVirtual(t *testing.T) {
 		p := c.probeMaster("job")
 		var armed atomic.Bool
 		c.masters[p] = releasedAfterProbe{full: masters[p].(full), armed: &armed, release: func() {
-			_, err := masters[p].Eval(ctx, releaseScript, holder.keys, holder.releaseArgs()...)
+			_, err := masters[p].Eval(ctx, releaseScript, holder.keys, holder.args...)
 			assert.NoError(t, err)
 		}}
 		got := make(chan error, 1)
@@ -146,7 +146,7 @@ func TestProbeLostToReleasedKeyVirtual(t *testing.T) {
 		// wake the waiter, whose probe then finds the key on master p.
 		for i := range masters {
 			if i != p {
-				_, err := masters[i].Eval(ctx, releaseScript, holder.keys, holder.releaseArgs()...)
+				_, err := masters[i].Eval(ctx, releaseScript, holder.keys, holder.args...)
 				require.NoError(t, err)
 			}
 		}

@@ -234,11 +234,11 @@ func (r *run) call(c *redlock.Client, u burst, k int, cl caller, tb *tryBurst) {
 	r.mu.Unlock()
 }
 
-// crowdTryLockBound is how long a TryLock of a crowd may take: one
-// attempt's bound (the worker's check in run.go) and the retries of a
-// split vote, which the library makes after a random delay, a bounded
-// number of times (issue 34): taken to fit in four node timeouts more.
-const crowdTryLockBound = tryLockBound + 4*nodeTimeout
+// crowdTryLockBound is how long a TryLock of a crowd may take: the bound
+// of one that made every round a split vote allows (1 + 5 retries,
+// docs/design.md "Crowds"). A call that shares another's attempt (a
+// flight) sends nothing itself and waits for that one's rounds.
+var crowdTryLockBound = tryLockBound(1 + 5)
 
 // returned counts a TryLock of the burst that began at began and returned
 // err now.

@@ -529,8 +529,8 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		case mode < 2:
 			op = "TryLock"
 			l, err = c.TryLock(ctx, res, cfg.TTL)
-			if took := time.Since(began); took > tryLockBound {
-				r.violation("client %d: TryLock took %v, beyond twice the node timeout %v and a quarter, and the fence's timeout %v", client, took, nodeTimeout, fence.DefaultTimeout)
+			if took, rounds := time.Since(began), att.rounds(); took > tryLockBound(rounds) {
+				r.violation("client %d: TryLock took %v in %d rounds, beyond the bound %v (node timeout %v, fence timeout %v)", client, took, rounds, tryLockBound(rounds), nodeTimeout, fence.DefaultTimeout)
 			}
 		case mode < 3 && len(resources) > 1:
 			op = "LockAll"
@@ -580,13 +580,19 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	}
 }
 
-// tryLockBound is how long one TryLock attempt may take: the round, the
-// fence's mint (bounded by the counter's own timeout: a counter that does
-// not answer, as in a suspend of the client's machine, seed
-// 614920859905071824), then (when lost) the releases of the masters that
-// answered, each bounded by the node timeout, and the diagnosis's quarter
-// of one (docs/design.md, "Cleaning up after a lost attempt").
-const tryLockBound = 2*nodeTimeout + nodeTimeout/4 + fence.DefaultTimeout + time.Millisecond
+// tryLockBound is how long a TryLock that made rounds rounds (its split
+// retries, docs/design.md "Crowds") may take: each round, bounded by the
+// node timeout and the diagnosis's quarter of one; when lost, the
+// releases of the masters that answered, each bounded by the node
+// timeout, and the read of the holders on the masters that refused, one
+// node timeout ("Cleaning up after a lost attempt"); a random delay of at
+// most a node timeout before each retry; and the fence's mint, bounded by
+// the counter's own timeout (a counter that does not answer, as in a
+// suspend of the client's machine, seed 614920859905071824).
+func tryLockBound(rounds int) time.Duration {
+	rounds = max(rounds, 1)
+	return time.Duration(rounds)*(3*nodeTimeout+nodeTimeout/4) + time.Duration(rounds-1)*nodeTimeout + fence.DefaultTimeout + time.Millisecond
+}
 
 // nap sleeps d in client's code: in a suspend of its machine, until it
 // ends.

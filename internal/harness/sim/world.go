@@ -416,6 +416,14 @@ func (a *attempt) sent(token string) {
 	a.tokens[token] = true
 }
 
+// rounds is how many tokens were sent under the attempt's context: the
+// rounds a TryLock made.
+func (a *attempt) rounds() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.tokens)
+}
+
 func (a *attempt) has(token string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
