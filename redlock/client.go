@@ -98,31 +98,8 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		c.policy = newFairPolicy(c, tag, wall)
 	}
 	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
-	seen := make(map[string]int, len(masters))
-	for i, m := range masters {
-		if nilcheck.Is(m) {
-			return nil, invalid("master %d is nil", i)
-		}
-		d := driver.Describe(m)
-		if d.Unsafe != "" {
-			return nil, invalid("master %d is not one failure domain: %s", i, d.Unsafe)
-		}
-		for j := range i {
-			if sameClient(masters[j], m) {
-				return nil, invalid("masters %d and %d are the same client", j, i)
-			}
-		}
-		addr := d.Label()
-		if j, dup := seen[addr]; dup && addr != "" {
-			return nil, invalid("masters %d and %d are both %s", j, i, addr)
-		}
-		if addr != "" {
-			seen[addr] = i
-		}
-		c.addrs[i] = masterLabel(i, addr)
-		c.dialAddrs[i] = d.Addr
-		c.noRetry[i] = d.NeverRetries
-		c.cluster = c.cluster || d.Cluster != nil
+	if err := c.describe(masters); err != nil {
+		return nil, err
 	}
 	if err := c.checkFenceNode(); err != nil {
 		return nil, err
@@ -132,6 +109,41 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	}
 	c.startWarmup()
 	return c, nil
+}
+
+// describe checks masters and records how each describes itself (the
+// label in errors and logs, the address a diagnosis dials, whether its
+// client retries, whether it spreads keys by hash slot): a nil master, one
+// that is not one failure domain, or two that are one client or one
+// server are [ErrInvalidArgument].
+func (c *Client) describe(masters []driver.Conn) error {
+	seen := make(map[string]int, len(masters))
+	for i, m := range masters {
+		if nilcheck.Is(m) {
+			return invalid("master %d is nil", i)
+		}
+		d := driver.Describe(m)
+		if d.Unsafe != "" {
+			return invalid("master %d is not one failure domain: %s", i, d.Unsafe)
+		}
+		for j := range i {
+			if sameClient(masters[j], m) {
+				return invalid("masters %d and %d are the same client", j, i)
+			}
+		}
+		addr := d.Label()
+		if j, dup := seen[addr]; dup && addr != "" {
+			return invalid("masters %d and %d are both %s", j, i, addr)
+		}
+		if addr != "" {
+			seen[addr] = i
+		}
+		c.addrs[i] = masterLabel(i, addr)
+		c.dialAddrs[i] = d.Addr
+		c.noRetry[i] = d.NeverRetries
+		c.cluster = c.cluster || d.Cluster != nil
+	}
+	return nil
 }
 
 // checkFenceNode refuses a fence counter that lives on one of the masters:

@@ -125,77 +125,16 @@ func (l *Lock) abandonHanded(ctx context.Context, after func()) {
 func (p *fairPolicy) handOff(ctx context.Context, l *Lock, q *fair.Waiter[*Lock]) error {
 	c := p.c
 	detached := context.WithoutCancel(ctx)
-	old := l.round
-	next := newLock(c, l.resource, c.newToken())
-	ttl := q.TTL
-	c.watcher.Issued(ttl)
-	who := make([]atomic.Int32, len(c.masters))
-	// handoff.lua's (or release.lua's) reply + 1 per master, from the handoff's call or the
-	// plain release; 0: none yet, -1: failed.
-	replies := make([]atomic.Int64, len(c.masters))
-	answered := make(chan struct{}, len(c.masters)) // one per call that returned
-	// The masters where l's acquiring call returned are this round's,
-	// decided before it starts. A call of l's that failed or is still
-	// running may yet set l's key: that master gets the plain release,
-	// after the call (below).
-	for i := range c.masters {
-		if _, err, ok := old.Returned(i); ok && err == nil {
-			who[i].Store(byHandoff)
-		}
-	}
-	var stale []any
-	if ch := chainOf(l); ch != nil {
-		stale = strs(ch.stale)
-	}
+	h := p.newHandoff(l, q)
+	next := h.next
+	c.watcher.Issued(h.ttl)
 	start, boot := c.clock.now()
-	round := c.group.Do(detached, func(ctx context.Context, i int) (bool, error) {
-		if who[i].Load() != byHandoff {
-			return false, errNotHanded
-		}
-		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return evalInt(ctx, m, handoffScript, l.keys, append([]any{l.token, q.ID, next.token, ttl.Milliseconds()}, stale...)...)
-		})
-		if err != nil {
-			replies[i].Store(-1)
-			if !driver.Replied(err) && !bugs.NoReleaseRetry {
-				// The call may not have run, and our key be there still:
-				// its release is tried again (cleanup.go). A key the call
-				// set for q is next's, and goes with it.
-				script, args := l.releaser()
-				c.retryRelease(l, i, script, args)
-			}
-		} else {
-			replies[i].Store(n + 1)
-		}
-		answered <- struct{}{}
-		return c.vote(i, n == handedOver || n == handedFree, err)
-	})
+	round := c.group.Do(detached, h.hand)
 	next.round = round
-	lease := c.lease(ttl)
+	lease := c.lease(h.ttl)
 	deadline := start.Add(lease)
-	next.untilBoot, next.ttl = boot+lease, ttl
-
-	old.UndoUntil(detached, c.cfg.nodeTimeout, func(ctx context.Context, i int) {
-		if !who[i].CompareAndSwap(undecided, byRelease) {
-			return
-		}
-		if _, err := old.Result(i); err != nil && c.neverSent(i, err) {
-			replies[i].Store(0 + 1) // nothing to release
-			answered <- struct{}{}
-			return
-		}
-		var r release
-		l.releaseOne(ctx, i, &r)
-		switch r.state.Load() {
-		case releasedHeld:
-			replies[i].Store(1 + 1)
-		case releasedNotOurs:
-			replies[i].Store(0 + 1)
-		default:
-			replies[i].Store(-1)
-		}
-		answered <- struct{}{}
-	}, func() bool { return true })
+	next.untilBoot, next.ttl = boot+lease, h.ttl
+	l.round.UndoUntil(detached, c.cfg.nodeTimeout, h.release, func() bool { return true })
 
 	switch got := round.Count(quorum.Agreed); {
 	case got >= c.quorum && !next.over(deadline, next.untilBoot):
@@ -215,20 +154,105 @@ func (p *fairPolicy) handOff(ctx context.Context, l *Lock, q *fair.Waiter[*Lock]
 		p.line.Withdraw(q)
 		next.abandonHanded(ctx, q.Nudge)
 	}
-
-	return l.handedOutcome(round, who, replies, answered)
+	return h.outcome(round)
 }
 
-// handedOutcome is Unlock's outcome of a handoff round: it waits, at most
+// handoff is one Unlock's handoff of l to q: who releases each master,
+// and what each said.
+type handoff struct {
+	c     *Client
+	l     *Lock
+	next  *Lock // q's, with a new token
+	q     *fair.Waiter[*Lock]
+	ttl   time.Duration
+	stale []any // entries to remove first (see passOn)
+	who   []atomic.Int32
+	// handoff.lua's (or release.lua's) reply + 1 per master, from the
+	// handoff's call or the plain release; 0: none yet, -1: failed.
+	replies  []atomic.Int64
+	answered chan struct{} // one per call that returned
+}
+
+// newHandoff prepares the handoff of l to q. The masters where l's
+// acquiring call returned are the round's, decided before it starts. A
+// call of l's that failed or is still running may yet set l's key: that
+// master gets the plain release, after the call (release).
+func (p *fairPolicy) newHandoff(l *Lock, q *fair.Waiter[*Lock]) *handoff {
+	c := p.c
+	n := len(c.masters)
+	h := &handoff{c: c, l: l, next: newLock(c, l.resource, c.newToken()), q: q, ttl: q.TTL,
+		who: make([]atomic.Int32, n), replies: make([]atomic.Int64, n), answered: make(chan struct{}, n)}
+	for i := range n {
+		if _, err, ok := l.round.Returned(i); ok && err == nil {
+			h.who[i].Store(byHandoff)
+		}
+	}
+	if ch := chainOf(l); ch != nil {
+		h.stale = strs(ch.stale)
+	}
+	return h
+}
+
+// hand is master i's call of the handoff round: handoff.lua.
+func (h *handoff) hand(ctx context.Context, i int) (bool, error) {
+	c, l := h.c, h.l
+	if h.who[i].Load() != byHandoff {
+		return false, errNotHanded
+	}
+	n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
+		return evalInt(ctx, m, handoffScript, l.keys, append([]any{l.token, h.q.ID, h.next.token, h.ttl.Milliseconds()}, h.stale...)...)
+	})
+	if err != nil {
+		h.replies[i].Store(-1)
+		if !driver.Replied(err) && !bugs.NoReleaseRetry {
+			// The call may not have run, and our key be there still:
+			// its release is tried again (cleanup.go). A key the call
+			// set for q is next's, and goes with it.
+			script, args := l.releaser()
+			c.retryRelease(l, i, script, args)
+		}
+	} else {
+		h.replies[i].Store(n + 1)
+	}
+	h.answered <- struct{}{}
+	return c.vote(i, n == handedOver || n == handedFree, err)
+}
+
+// release is the plain release of master i, not in the handoff round,
+// once l's acquiring call there returned.
+func (h *handoff) release(ctx context.Context, i int) {
+	c, l := h.c, h.l
+	if !h.who[i].CompareAndSwap(undecided, byRelease) {
+		return
+	}
+	if _, err := l.round.Result(i); err != nil && c.neverSent(i, err) {
+		h.replies[i].Store(0 + 1) // nothing to release
+		h.answered <- struct{}{}
+		return
+	}
+	var r release
+	l.releaseOne(ctx, i, &r)
+	switch r.state.Load() {
+	case releasedHeld:
+		h.replies[i].Store(1 + 1)
+	case releasedNotOurs:
+		h.replies[i].Store(0 + 1)
+	default:
+		h.replies[i].Store(-1)
+	}
+	h.answered <- struct{}{}
+}
+
+// outcome is Unlock's outcome of a handoff round: it waits, at most
 // until the round's calls end, until the releases that held our token make
 // a majority or can no longer.
-func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []atomic.Int64, answered <-chan struct{}) error {
-	c := l.c
+func (h *handoff) outcome(round *quorum.Round) error {
+	c := h.c
 	var timer *time.Timer
 	for {
 		held, failed, open := 0, 0, 0
 		for i := range c.masters {
-			switch n := replies[i].Load(); {
+			switch n := h.replies[i].Load(); {
 			case n == 1+1 || n == handedOver+1: // our token was there
 				held++
 			case n == -1:
@@ -248,7 +272,7 @@ func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []
 				defer timer.Stop()
 			}
 			select {
-			case <-answered:
+			case <-h.answered:
 				continue
 			case <-timer.C:
 			}
@@ -256,7 +280,7 @@ func (l *Lock) handedOutcome(round *quorum.Round, who []atomic.Int32, replies []
 		}
 		var errs []error
 		for i := range c.masters {
-			if who[i].Load() != byHandoff {
+			if h.who[i].Load() != byHandoff {
 				continue
 			}
 			_, err, ok := round.Returned(i)

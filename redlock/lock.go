@@ -509,40 +509,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		})
 		return n == 1, err
 	})
-	lease := c.lease(ttl)
-	deadline, deadlineBoot := start.Add(lease), boot+lease
-	switch {
-	case round.Count(quorum.Agreed) < c.quorum && ended != nil:
-		// go-redis sent nothing: neither a holder nor a master is to blame.
-		err = fmt.Errorf("redlock: Extend not attempted: the context had ended: %w", ended)
-	case round.Count(quorum.Agreed) < c.quorum:
-		var errs []error
-		for i := range c.masters {
-			if e := round.Err(i); e != nil {
-				errs = append(errs, c.masterError(i, "extend", e))
-			}
-		}
-		err = c.classify(ctx, round.Unanswered(), ErrLockNotHeld, errs)
-	case l.over(until, untilBoot) && !bugs.ExtendOutcomeOnDone:
-		// Whether or not Done was asked for: the old lease ended first.
-		err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
-	case l.over(deadline, deadlineBoot):
-		now, _ := c.clock.now()
-		err = fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, now.Sub(start), ttl)
-	default:
-		l.mu.Lock()
-		if l.ended {
-			// Done's timer ended it after the check above: the holder was
-			// told, and a lock that ended stays ended.
-			err = fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
-		} else {
-			l.until, l.untilBoot, l.ttl = deadline, deadlineBoot, ttl
-			if l.timer != nil {
-				l.timer.Reset(l.leftLocked())
-			}
-		}
-		l.mu.Unlock()
-	}
+	err = l.extended(ctx, round, ended, ttl, start, boot, until, untilBoot)
 	if err != nil {
 		if failed != nil {
 			failed(err)
@@ -555,6 +522,46 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 		}
 	}
 	return err
+}
+
+// extended decides an Extend's round for ttl, begun at start (boot on the
+// clock that counts suspend) with ctx's error ended, of a lease that ended
+// at until (untilBoot): nil and the new lease kept, or why it failed.
+func (l *Lock) extended(ctx context.Context, round *quorum.Round, ended error, ttl time.Duration, start time.Time, boot time.Duration, until time.Time, untilBoot time.Duration) error {
+	c := l.c
+	lease := c.lease(ttl)
+	deadline, deadlineBoot := start.Add(lease), boot+lease
+	switch {
+	case round.Count(quorum.Agreed) < c.quorum && ended != nil:
+		// go-redis sent nothing: neither a holder nor a master is to blame.
+		return fmt.Errorf("redlock: Extend not attempted: the context had ended: %w", ended)
+	case round.Count(quorum.Agreed) < c.quorum:
+		var errs []error
+		for i := range c.masters {
+			if e := round.Err(i); e != nil {
+				errs = append(errs, c.masterError(i, "extend", e))
+			}
+		}
+		return c.classify(ctx, round.Unanswered(), ErrLockNotHeld, errs)
+	case l.over(until, untilBoot) && !bugs.ExtendOutcomeOnDone:
+		// Whether or not Done was asked for: the old lease ended first.
+		return fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
+	case l.over(deadline, deadlineBoot):
+		now, _ := c.clock.now()
+		return fmt.Errorf("%w: majority extended after %v, no validity left of ttl %v", ErrLockNotHeld, now.Sub(start), ttl)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		// Done's timer ended it after the check above: the holder was
+		// told, and a lock that ended stays ended.
+		return fmt.Errorf("%w: the lease ran out during Extend", ErrLockNotHeld)
+	}
+	l.until, l.untilBoot, l.ttl = deadline, deadlineBoot, ttl
+	if l.timer != nil {
+		l.timer.Reset(l.leftLocked())
+	}
+	return nil
 }
 
 func (l *Lock) lose(cause error) {

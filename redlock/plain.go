@@ -216,21 +216,7 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	w.Expect(0)
 	pushed := w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
 	lost := probeLost(round)
-	var replies []push.Holder
-	if view.ok && lost {
-		// The probe master said who held the key when it refused, which
-		// saves reading it again (one call per waiter a release wakes).
-		// What that read would add is a release since: one the log
-		// that the attempt marked holds (drained above, or not) reads as
-		// the key gone; one still to come wakes us (any, from here on).
-		replies = make([]push.Holder, len(c.masters))
-		replies[view.i] = view.holder
-		if w.ReleasedAt(view.i, view.holder.Token) {
-			replies[view.i] = push.Holder{PTTL: -2, OK: true}
-		}
-	} else {
-		replies = c.readHolders(ctx, round, key, false)
-	}
+	replies := c.holders(ctx, w, round, key, view, lost)
 	free, known, holder := push.WakeAfter(round, replies, c.quorum)
 	if lost && !known {
 		// Only the probe master answered: its holder is the one that
@@ -250,23 +236,7 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 	}
 	w.SetHolder(holder)
 	if holder != "" {
-		// Wake once the holder's releases have freed a majority: at its
-		// first message the next attempt would find its keys on the
-		// masters that have not released yet, and lose there.
-		// A master whose reply the round did not wait for may hold it
-		// too. After a loss at the probe master, whose holder may hold
-		// nothing else (it lost the others and releases it), its release
-		// there is the one to wake for.
-		held := len(c.masters)
-		for i, r := range replies {
-			if round.Answer(i) == quorum.Agreed || (r.OK && r.PTTL == -2) {
-				held--
-			}
-		}
-		if lost {
-			held = 1
-		}
-		w.Expect(max(held-(len(c.masters)-c.quorum), 1))
+		w.Expect(c.releasesToWait(round, replies, lost))
 	}
 	if !known {
 		return poll
@@ -281,6 +251,45 @@ func (c *Client) plan(ctx context.Context, w *push.Waiter, round *quorum.Round, 
 		return min(free, poll)
 	}
 	return free
+}
+
+// holders is who holds key on each master after round lost. The probe
+// master said who held it when it refused (view), which saves reading it
+// again (one call per waiter a release wakes). What that read would add
+// is a release since: one the log that the attempt marked holds (drained
+// by plan, or not) reads as the key gone; one still to come wakes us
+// (any, from then on). Otherwise the holders are read on the masters that
+// refused.
+func (c *Client) holders(ctx context.Context, w *push.Waiter, round *quorum.Round, key string, view probeView, lost bool) []push.Holder {
+	if !view.ok || !lost {
+		return c.readHolders(ctx, round, key, false)
+	}
+	replies := make([]push.Holder, len(c.masters))
+	replies[view.i] = view.holder
+	if w.ReleasedAt(view.i, view.holder.Token) {
+		replies[view.i] = push.Holder{PTTL: -2, OK: true}
+	}
+	return replies
+}
+
+// releasesToWait is how many of the holder's release messages a waiter
+// waits for: once they have freed a majority (at its first message the
+// next attempt would find its keys on the masters that have not released
+// yet, and lose there). A master whose reply the round did not wait for
+// may hold it too. After a loss at the probe master (lost), whose holder
+// may hold nothing else (it lost the others and releases it), its release
+// there is the one to wake for.
+func (c *Client) releasesToWait(round *quorum.Round, replies []push.Holder, lost bool) int {
+	held := len(c.masters)
+	for i, r := range replies {
+		if round.Answer(i) == quorum.Agreed || (r.OK && r.PTTL == -2) {
+			held--
+		}
+	}
+	if lost {
+		held = 1
+	}
+	return max(held-(len(c.masters)-c.quorum), 1)
 }
 
 // probeView is what an attempt's probe master said of the key when it

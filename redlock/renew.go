@@ -106,19 +106,25 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 			}
 			return // the failed Extend ended the lock and released its keys
 		}
-		// Under op, so that an Unlock in flight is not reported as a failure.
-		l.op.lock()
-		if l.isEnded() {
-			l.op.unlock()
-			l.reportLapse()
-			return
-		}
-		l.report(reason)
-		l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
-		l.op.unlock()
-		_ = l.unlock(context.Background()) // its failures are logged by the release
+		l.stopRenewing(reason)
 		return
 	}
+}
+
+// stopRenewing ends a renewed lock for reason (no progress, or its maximum
+// hold) and releases it, unless it has ended already.
+func (l *Lock) stopRenewing(reason error) {
+	// Under op, so that an Unlock in flight is not reported as a failure.
+	l.op.lock()
+	if l.isEnded() {
+		l.op.unlock()
+		l.reportLapse()
+		return
+	}
+	l.report(reason)
+	l.lose(fmt.Errorf("%w: renewal: %w", ErrLockLost, reason))
+	l.op.unlock()
+	_ = l.unlock(context.Background()) // its failures are logged by the release
 }
 
 func (l *Lock) isUnlocked() bool {
