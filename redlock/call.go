@@ -60,7 +60,7 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 	now := c.nanos()
 	switch {
 	case ok:
-		c.retries.replied(i)
+		c.retries.Replied(i)
 	case ctx.Err() == nil:
 		// A failure of the master's own, not the round's deadline: a cause
 		// worth telling in the errors of the calls that time out after it.

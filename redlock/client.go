@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/push"
+	"quorumlock.dev/redlock/internal/retry"
 	"quorumlock.dev/redlock/internal/watch"
 )
 
@@ -43,12 +44,12 @@ type Client struct {
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
-	push      *push.Hub // subscriptions for waiters, made at the first wait
-	cluster   bool      // some master spreads keys by hash slot: LockAll needs one hash tag
-	policy    policy    // how a Lock call waits (wait.go): plain, or fair
-	retries   retries   // releases that got no reply, tried again (cleanup.go)
-	flights   flights   // TryLock attempts in flight, by resource (split.go)
-	warm      warmup    // the first call to each master (warm.go)
+	push      *push.Hub    // subscriptions for waiters, made at the first wait
+	cluster   bool         // some master spreads keys by hash slot: LockAll needs one hash tag
+	policy    policy       // how a Lock call waits (wait.go): plain, or fair
+	retries   *retry.Queue // releases that got no reply, tried again (cleanup.go)
+	flights   flights      // TryLock attempts in flight, by resource (split.go)
+	warm      warmup       // the first call to each master (warm.go)
 }
 
 // New returns a client over masters, one per independent Redis master adapted to
@@ -85,7 +86,6 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		cfg:       cfg,
 	}
 	tag := fmt.Sprintf("%08x", randUint32(c.stream()))
-	c.retries.init(len(masters))
 	wall := wallMicros
 	if cfg.seamClock != nil {
 		c.clock = seamClock{cfg.seamClock}
@@ -93,6 +93,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 			wall = func() int64 { return w.Wall().UnixMicro() }
 		}
 	}
+	c.retries = c.newRetries()
 	c.policy = plainPolicy{c}
 	if cfg.fairTTL > 0 {
 		c.policy = newFairPolicy(c, tag, wall)
@@ -196,7 +197,7 @@ func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
 	c.watcher.Close(by)
 	c.push.Close(by)
-	c.retries.close(by)
+	c.retries.Close(by)
 	c.stopWarmup()
 	return nil
 }

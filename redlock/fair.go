@@ -98,7 +98,7 @@ type fairWait struct {
 	handed  *Lock        // one it handed us, not taken yet
 	took    *Lock        // the lock this call returns
 	won     *quorum.Round
-	attempt *fairReplies // what the masters said in the latest queued attempt
+	attempt *fairReplies // what the masters said in the latest queued attempt (nil: none made)
 }
 
 // queued is one Lock call that waits in the masters' queues.
@@ -203,7 +203,9 @@ func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 	}
 	l := newLock(f.c, f.resource, q.token())
 	f.w.SetOwn(l.token)
-	l, round, err := f.c.attemptLock(ctx, l, f.ttl, f)
+	a := &queuedAsk{f: f}
+	l, round, err := f.c.attemptLock(ctx, l, f.ttl, a)
+	f.attempt = a.rep
 	p.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
 	// Our entry is on the masters now: a release may hand us the lock.
 	p.line.List(q.Waiter)
@@ -214,22 +216,29 @@ func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 	return l, round, err, true
 }
 
-// prepare readies a queued attempt on l (asker): whether it writes its
-// entry's claim, decided under the line's mutex with the picks of this
-// client's releases (fair.Line.Claims).
-func (f *fairWait) prepare(l *Lock, _ time.Duration) {
-	n := len(f.c.masters)
-	f.attempt = &fairReplies{r: make([]push.Holder, n), foreign: make([]int64, n)}
-	if f.p.line.Claims(f.q.Waiter) { // marks q Claimed
-		f.attempt.claim = "1"
+// queuedAsk is one queued attempt of f (an asker). Its replies are its
+// own: calls that outlive the round write there, never into the next
+// attempt's.
+type queuedAsk struct {
+	f   *fairWait
+	rep *fairReplies
+}
+
+// prepare readies the attempt on l: whether it writes its entry's claim,
+// decided under the line's mutex with the picks of this client's releases
+// (fair.Line.Claims).
+func (a *queuedAsk) prepare(l *Lock, _ time.Duration) {
+	n := len(a.f.c.masters)
+	a.rep = &fairReplies{r: make([]push.Holder, n), foreign: make([]int64, n)}
+	if a.f.p.line.Claims(a.f.q.Waiter) { // marks q Claimed
+		a.rep.claim = "1"
 	}
 	l.refusedClean = true
 }
 
-// ask is master i's call of a queued attempt (asker): true when the key is
-// ours.
-func (f *fairWait) ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
-	q, rep := f.q, f.attempt
+// ask is master i's call of the attempt: true when the key is ours.
+func (a *queuedAsk) ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
+	f, q, rep := a.f, a.f.q, a.rep
 	return call(f.c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
 		vals, err := evalSlice(ctx, m, fairLockScript, q.keys, l.token, ttl.Milliseconds(), q.ID, q.At, q.ttlMS, f.p.tag, q.prefix, rep.claim)
 		if err != nil {
@@ -250,12 +259,11 @@ func (f *fairWait) ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (
 	})
 }
 
-// asked keeps the queued attempt that round decided (asker): the masters
-// that refused it may hand the key to its token later (takePushed). Lost,
-// it is undone with its entry put back where it took the key
-// (fair_undo.lua).
-func (f *fairWait) asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration) {
-	q := f.q
+// asked keeps the attempt that round decided: the masters that refused it
+// may hand the key to its token later (takePushed). Lost, it is undone
+// with its entry put back where it took the key (fair_undo.lua).
+func (a *queuedAsk) asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration) {
+	q := a.f.q
 	q.latest = queuedAttempt{token: l.token, ttl: l.ttl, start: start, boot: boot, round: round}
 	l.undo = &scriptCall{fairUndoScript, []any{l.token, q.ID, q.At, q.ttlMS}}
 }

@@ -6,6 +6,7 @@ package bounded
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -57,5 +58,22 @@ func Call[A, T any](ctx context.Context, limit time.Duration, call func(context.
 			return zero, err
 		}
 		return zero, fmt.Errorf("no answer within %v: %w", limit, context.DeadlineExceeded)
+	}
+}
+
+// Wait waits for wg, at most until by: what an owner's Close does with
+// the goroutines it started, so that a goroutine stuck on a hung server
+// does not hold Close past its bound (it ends in the background).
+func Wait(wg *sync.WaitGroup, by time.Time) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }

@@ -36,10 +36,11 @@ var allowed = map[string][]string{
 	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
-	"redlock/internal/push":  {"driver", "quorum"},
+	"redlock/internal/push":  {"driver", "internal/bounded", "quorum"},
 	"redlock/internal/fair":  nil,
-	"redlock/internal/watch": {"driver", "clockdrift"},
-	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "internal/boottime", "internal/bugs", "internal/seam"},
+	"redlock/internal/watch": {"driver", "clockdrift", "internal/bounded"},
+	"redlock/internal/retry": {"driver", "internal/bounded"},
+	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
@@ -62,7 +63,7 @@ var allowed = map[string][]string{
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
-	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch",
+	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry",
 	"internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bounded"
 )
 
 // Hub is one Client's subscriptions, one per master that can subscribe,
@@ -192,22 +193,7 @@ func (h *Hub) Close(by time.Time) {
 		// master that hangs holds until the ReadTimeout.
 		go func() { _ = s.ps.Close() }()
 	}
-	WaitBy(&h.wg, by)
-}
-
-// WaitBy waits for wg, at most until by.
-func WaitBy(wg *sync.WaitGroup, by time.Time) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(by))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	bounded.Wait(&h.wg, by)
 }
 
 // Signal sends on ch unless a send is pending there already.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bounded"
 
 	"quorumlock.dev/clockdrift"
 )
@@ -190,7 +191,7 @@ func (w *Watcher) Close(by time.Time) {
 	w.stopped.Store(true)
 	w.cancel()
 	w.loop.Wait()
-	waitBy(&w.samples, by)
+	bounded.Wait(&w.samples, by)
 	for i := range w.masters {
 		m := &w.masters[i]
 		m.mu.Lock()
@@ -290,20 +291,5 @@ func (w *Watcher) reviewLocked(i int, now int64) {
 		if w.cfg.Restored != nil {
 			w.cfg.Restored(addr)
 		}
-	}
-}
-
-// waitBy waits for wg, at most until by.
-func waitBy(wg *sync.WaitGroup, by time.Time) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(time.Until(by))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
 	}
 }
