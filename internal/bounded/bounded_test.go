@@ -19,11 +19,12 @@ func TestWait(t *testing.T) {
 			t.Fatalf("Wait on a group that never finished returned after %v, not at its bound", took)
 		}
 		close(release)
-		wg.Wait()
+		synctest.Wait() // Wait's own goroutine sees the group done and ends
 
-		wg.Go(func() { time.Sleep(10 * time.Millisecond) })
+		var quick sync.WaitGroup
+		quick.Go(func() { time.Sleep(10 * time.Millisecond) })
 		start = time.Now()
-		Wait(&wg, start.Add(time.Hour))
+		Wait(&quick, start.Add(time.Hour))
 		if took := time.Since(start); took != 10*time.Millisecond {
 			t.Fatalf("Wait returned after %v, not when the group finished", took)
 		}
