@@ -43,7 +43,7 @@ func (c *Client) vote(i int, agreed bool, err error) (bool, error) {
 // stuck and must not be called ([errStuck]). A true enter is followed by
 // exit with the same probe and the call's error.
 func (c *Client) enter(i int) (ok, probe bool) {
-	return c.health[i].enter(c.nanos(), int64(c.cfg.nodeTimeout))
+	return c.health[i].Enter(c.nanos(), int64(c.cfg.nodeTimeout))
 }
 
 // exit records that a call to master i on ctx (a round's) returned err. A
@@ -53,7 +53,7 @@ func (c *Client) enter(i int) (ok, probe bool) {
 func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 	h := &c.health[i]
 	if callerEnded(ctx, err) {
-		h.abstain(probe)
+		h.Abstain(probe)
 		return
 	}
 	ok := driver.Replied(err)
@@ -70,7 +70,7 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 		// in the background, and says so only in its log.
 		c.diagnose(i, now)
 	}
-	if h.exit(now, probe, ok) {
+	if h.Exit(now, probe, ok) {
 		c.watcher.Suspect(i)
 	}
 }
@@ -82,7 +82,7 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 func (c *Client) masterError(i int, op string, err error) *MasterError {
 	if errors.Is(err, quorum.ErrTimeout) || errors.Is(err, errStuck) {
 		h := &c.health[i]
-		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
+		if f := h.lastFailure.Load(); f != nil && f.at > h.LastReply() {
 			err = fmt.Errorf("%w (it last failed %v ago: %w)", err, time.Duration(c.nanos()-f.at).Round(time.Millisecond), f.err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/redlock/internal/node"
 )
 
 // A call that failed because the caller's own context had ended never
@@ -59,12 +60,12 @@ func TestCallerCancelNotCountedByBreaker(t *testing.T) {
 	ended, stop := context.WithCancel(ctx)
 	stop()
 	require.ErrorIs(t, l.Extend(ended, 500*time.Millisecond), context.Canceled)
-	time.Sleep(outAfter*nodeTimeout + 50*time.Millisecond)
+	time.Sleep(node.OutAfter*nodeTimeout + 50*time.Millisecond)
 	for i := range masters {
 		ok, probe := c.enter(i)
 		require.True(t, ok, "master %d is out after the caller's cancellation", i)
 		require.False(t, probe, "master %d is probed after the caller's cancellation", i)
-		c.health[i].exit(c.nanos(), probe, true)
+		c.health[i].Exit(c.nanos(), probe, true)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
@@ -103,7 +104,7 @@ func TestRoundDeadlineStillCounts(t *testing.T) {
 	require.True(t, round.TimedOut)
 	calls.Wait()
 	for i := range masters {
-		assert.True(t, c.health[i].failedLast.Load(), "master %d: a call past the round's deadline was not counted as no reply", i)
+		assert.True(t, c.health[i].FailedLast(), "master %d: a call past the round's deadline was not counted as no reply", i)
 	}
 }
 
@@ -136,7 +137,7 @@ func TestCallerCancelNoVote(t *testing.T) {
 				cancel() // the stalled call is still running: the round returned at the majority
 			}
 			require.Eventually(t, func() bool {
-				if c.health[2].inflight.Load() != 0 {
+				if c.health[2].Inflight() != 0 {
 					return false
 				}
 				// The vote is told after the call's bookkeeping ends.
@@ -147,10 +148,10 @@ func TestCallerCancelNoVote(t *testing.T) {
 			_, votes, _ := obs.take()
 			if cancelled {
 				assert.Empty(t, votes[c.addrs[2]], "the caller's cancellation told as the master's vote")
-				assert.False(t, c.health[2].failedLast.Load(), "the caller's cancellation counted as the master's failure")
+				assert.False(t, c.health[2].FailedLast(), "the caller's cancellation counted as the master's failure")
 			} else {
 				assert.Equal(t, []Vote{VoteTimeout}, votes[c.addrs[2]])
-				assert.True(t, c.health[2].failedLast.Load(), "a call past the round's deadline not counted")
+				assert.True(t, c.health[2].FailedLast(), "a call past the round's deadline not counted")
 			}
 			require.NoError(t, l.Unlock(context.Background()))
 		})

@@ -508,7 +508,7 @@ func (c *Client) diagnosed(round *quorum.Round) {
 			continue
 		}
 		h := &c.health[i]
-		if f := h.lastFailure.Load(); f != nil && f.at > h.lastReply.Load() {
+		if f := h.lastFailure.Load(); f != nil && f.at > h.LastReply() {
 			continue
 		}
 		c.diagnose(i, c.nanos())

@@ -40,7 +40,8 @@ var allowed = map[string][]string{
 	"redlock/internal/fair":  nil,
 	"redlock/internal/watch": {"driver", "clockdrift", "internal/bounded"},
 	"redlock/internal/retry": {"driver", "internal/bounded"},
-	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "internal/boottime", "internal/bugs", "internal/seam"},
+	"redlock/internal/node":  nil,
+	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
@@ -63,7 +64,7 @@ var allowed = map[string][]string{
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
-	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry",
+	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node",
 	"internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
