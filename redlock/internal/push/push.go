@@ -1,6 +1,7 @@
-// Package push is the plain wait policy of a Lock call: it wakes a waiter
-// when the holder's release is published (scripts/release.lua PUBLISHes on a
-// channel named like the lock key, with the released token), and computes
+// Package push is what both wait policies of a Lock call wake on: it wakes
+// a waiter when the holder's release is published (release.lua PUBLISHes on
+// a channel named like the lock key, with the released token; a fair
+// waiter also hears the handoffs named after it), and computes
 // when a majority of the holder's keys expire, for the timer that backs the
 // push up. It keeps one subscription connection per master that can
 // subscribe ([driver.Subscriber]), opened at the first wait and shared by
