@@ -63,27 +63,27 @@ func (p *fairPolicy) join(ctx context.Context, resource string, ttl time.Duratio
 // there is one: in-process when it is covered and most of the lease is
 // left (passOn), else in a handoff round (handOff). A lock that had ended
 // is released as usual, and the waiter then tries in a round of its own.
-func (p *fairPolicy) unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (error, bool, func()) {
+func (p *fairPolicy) unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (bool, func(), error) {
 	if len(l.keys) != 1 {
-		return nil, false, nil
+		return false, nil, nil
 	}
 	q, covered, lazy := p.line.Pick(l.key)
 	switch {
 	case q == nil:
-		return nil, false, nil
+		return false, nil, nil
 	case lost != nil:
 		// Its keys may be gone and another client may hold the lock:
 		// nothing of it is passed on. A plain release, then q tries in a
 		// round of its own.
-		return nil, false, func() { p.line.Unpick(q) }
+		return false, func() { p.line.Unpick(q) }, nil
 	case covered && p.passable(q, until, untilBoot): // never a waiter that Claimed (fair.Line.Pick)
-		return p.passOn(ctx, l, q, until, untilBoot), true, nil
+		return true, nil, p.passOn(ctx, l, q, until, untilBoot)
 	case lazy:
 		// No entry of q's for the masters to hand the key to: a plain
 		// release, then q's first attempt.
-		return nil, false, func() { p.line.Unpick(q) }
+		return false, func() { p.line.Unpick(q) }, nil
 	}
-	return p.handOff(ctx, l, q), true, nil
+	return true, nil, p.handOff(ctx, l, q)
 }
 
 // fairWait is one Lock call of the fair policy. Its first attempt is a

@@ -56,7 +56,7 @@ func (p *fairPolicy) passable(q *fair.Waiter[*Lock], until time.Time, untilBoot 
 const staleBatch = 16
 
 // passOn is Unlock when q, the next waiter of this client, is covered (no
-// waiter of another client is ahead of it, see coveredLocked) and the
+// waiter of another client is ahead of it, see fair.Line.Pick) and the
 // lease has most of q's TTL left: the lock passes to q in-process, with no
 // round. q's Lock has l's token, keys and lease (its Until is l's); it
 // mints its own fence. The masters

@@ -272,7 +272,7 @@ func (l *Lock) unlock(ctx context.Context) error {
 	lost := l.cause // the lock ended before this Unlock: nil when it had not
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
-	err, done, after := l.c.policy.unlock(ctx, l, until, untilBoot, lost)
+	done, after, err := l.c.policy.unlock(ctx, l, until, untilBoot, lost)
 	if done {
 		return err
 	}

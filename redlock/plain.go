@@ -29,8 +29,8 @@ func (p plainPolicy) join(_ context.Context, resource string, ttl time.Duration)
 	return &plainWait{waitBase: waitBase{c: p.c, resource: resource, ttl: ttl, rnd: p.c.stream()}}, nil
 }
 
-func (plainPolicy) unlock(context.Context, *Lock, time.Time, time.Duration, error) (error, bool, func()) {
-	return nil, false, nil
+func (plainPolicy) unlock(context.Context, *Lock, time.Time, time.Duration, error) (bool, func(), error) {
+	return false, nil, nil
 }
 
 // plainWait is one Lock call of the plain policy.
@@ -66,7 +66,7 @@ func (p *plainWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool)
 			p.w.Mark() // see plan: its releases from now on are logged
 		}
 	}
-	var ask asker
+	var ask asker // nil, not a nil *probeAsk: the round then asks SET NX
 	if a != nil {
 		ask = a
 	}

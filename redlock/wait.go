@@ -27,9 +27,9 @@ type policy interface {
 	join(ctx context.Context, resource string, ttl time.Duration) (waiter, error)
 	// unlock is Unlock's chance to hand l on to a waiter of this client,
 	// given the lease l had and the cause of its end before Unlock (nil:
-	// it had not ended). done false: l is released as usual, and then
-	// after, when not nil, runs.
-	unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (err error, done bool, after func())
+	// it had not ended). done: handed on, and err is Unlock's outcome;
+	// otherwise l is released as usual, and then after, when not nil, runs.
+	unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (done bool, after func(), err error)
 }
 
 // A waiter is one Lock call between its attempts.
