@@ -15,8 +15,10 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/plain"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/retry"
+	"quorumlock.dev/redlock/internal/wait"
 	"quorumlock.dev/redlock/internal/watch"
 )
 
@@ -44,12 +46,12 @@ type Client struct {
 	quorum    int
 	group     quorum.Group // every round: all masters, a majority, the node timeout
 	cfg       config
-	push      *push.Hub    // subscriptions for waiters, made at the first wait
-	cluster   bool         // some master spreads keys by hash slot: LockAll needs one hash tag
-	policy    policy       // how a Lock call waits (wait.go): plain, or fair
-	retries   *retry.Queue // releases that got no reply, tried again (cleanup.go)
-	flights   flights      // TryLock attempts in flight, by resource (split.go)
-	warm      warmup       // the first call to each master (warm.go)
+	push      *push.Hub          // subscriptions for waiters, made at the first wait
+	cluster   bool               // some master spreads keys by hash slot: LockAll needs one hash tag
+	policy    wait.Policy[*Lock] // how a Lock call waits (wait.go): plain, or fair
+	retries   *retry.Queue       // releases that got no reply, tried again (cleanup.go)
+	flights   flights            // TryLock attempts in flight, by resource (split.go)
+	warm      warmup             // the first call to each master (warm.go)
 }
 
 // New returns a client over masters, one per independent Redis master adapted to
@@ -94,7 +96,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		}
 	}
 	c.retries = c.newRetries()
-	c.policy = plainPolicy{c}
+	c.policy = plain.New[*Lock](policyCore{c})
 	if cfg.fairTTL > 0 {
 		c.policy = newFairPolicy(c, tag, wall)
 	}
@@ -230,7 +232,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, func() (waiter, error) { return c.policy.join(ctx, resource, ttl) })
+	return c.wait(ctx, func() (wait.Waiter[*Lock], error) { return c.policy.Join(ctx, resource, ttl) })
 }
 
 func (c *Client) check(resource string, ttl time.Duration) error {
@@ -273,22 +275,10 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 	return c.attemptLock(ctx, newLock(c, resource, c.newToken()), ttl, nil)
 }
 
-// An asker is how a wait policy's attempt asks each master (the fair
-// policy's queued call, the plain policy's probe master first); nil asks
-// every master at once to set the keys (setNX).
-type asker interface {
-	// prepare readies the attempt on l, once the round is to start.
-	prepare(l *Lock, ttl time.Duration)
-	// ask is master i's call of the attempt: true when l's key is ours.
-	ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error)
-	// asked hears of the round once it is decided, with its start on both
-	// clocks, before its outcome is.
-	asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration)
-}
-
-// attemptLock is attempt for l's keys, asked by a (nil: setNX). The
+// attemptLock is attempt for l's keys, asked by a wait policy's asker a
+// (nil: setNX). The
 // Attempted hook hears of it.
-func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, a asker) (*Lock, *quorum.Round, error) {
+func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, a wait.Asker[*Lock]) (*Lock, *quorum.Round, error) {
 	attempted := c.cfg.hooks.Attempted
 	if attempted == nil {
 		return c.lockRound(ctx, l, ttl, a)
@@ -305,7 +295,7 @@ func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, a 
 }
 
 // lockRound is attemptLock without the hook.
-func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a asker) (*Lock, *quorum.Round, error) {
+func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a wait.Asker[*Lock]) (*Lock, *quorum.Round, error) {
 	if err := c.admit(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -315,7 +305,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a as
 	l.ttl = ttl
 	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
 	if a != nil {
-		a.prepare(l, ttl)
+		a.Prepare(l, ttl)
 	}
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
@@ -324,7 +314,7 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a as
 		if a == nil {
 			set, err = c.setNX(ctx, i, l, ttl)
 		} else {
-			set, err = a.ask(ctx, i, l, ttl)
+			set, err = a.Ask(ctx, i, l, ttl)
 		}
 		// Without an error, set is false when the key was held by another
 		// token or of another type (the release that follows tells which).
@@ -335,14 +325,14 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a as
 		start, boot = c.clock.now()
 	}
 	if a != nil {
-		a.asked(l, round, start, boot)
+		a.Asked(l, round, start, boot)
 	}
 	lease := c.lease(ttl)
 	deadline := start.Add(lease)
 	l.untilBoot = boot + lease
 	if round.Count(quorum.Agreed) < c.quorum {
 		released := c.abandon(ctx, round, l)
-		return nil, round, c.roundError(ctx, round, l, released)
+		return nil, round, c.roundError(ctx, round, a, released)
 	}
 	if l.over(deadline, l.untilBoot) {
 		c.abandon(ctx, round, l)
@@ -425,20 +415,16 @@ func isWrongType(err error) bool {
 // joined with every master's error and ctx.Err() when the context ended
 // the round. A master that refused because its key has another type (found
 // by the release that followed) counts as failed.
-func (c *Client) roundError(ctx context.Context, round *quorum.Round, l *Lock, released []release) error {
+func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Asker[*Lock], released []release) error {
 	if round.TimedOut {
 		c.diagnosed(round)
 	}
 	var errs []error
 	wrong := 0
-	// A probe master that never answered: the others waited for it and
-	// were never asked, whatever the round recorded for them.
-	p := l.probe - 1
-	unasked := p >= 0 && round.Answer(p) == quorum.Pending
 	for i := range c.masters {
 		err := round.Err(i)
-		if errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) || unasked && i != p {
-			continue // refused for it by the master asked first, or never asked
+		if errors.Is(err, wait.ErrNotAsked) || a != nil && a.Unasked(round, i) {
+			continue // the asker did not make this call: it says nothing of the master
 		}
 		switch {
 		case err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()):

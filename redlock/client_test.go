@@ -24,6 +24,7 @@ import (
 
 	"quorumlock.dev/driver/goredis"
 	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/redlock/internal/plain"
 )
 
 // TestQuorumMatrix: every split of 1, 3, 5 and 7 masters into held by
@@ -550,7 +551,7 @@ func (h stallAcquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		acquire := cmd.Name() == "set"
-		for _, s := range []*driver.Script{acquireAllScript, probeScript} {
+		for _, s := range []*driver.Script{acquireAllScript, plain.ProbeScript} {
 			acquire = acquire || (cmd.Name() == "evalsha" && len(args) > 1 && args[1] == s.Hash()) ||
 				(cmd.Name() == "eval" && len(args) > 1 && args[1] == s.Source())
 		}
@@ -576,7 +577,7 @@ func (m countingMaster) SetNX(ctx context.Context, key, value string, ttl time.D
 // Eval counts the probe script, whose SET NX is an attempt's first (see
 // probeCall).
 func (m countingMaster) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
-	if script == probeScript {
+	if script == plain.ProbeScript {
 		m.sets.Add(1)
 	}
 	return m.full.Eval(ctx, script, keys, args...)

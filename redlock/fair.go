@@ -18,6 +18,7 @@ import (
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // The fair wait policy ([WithFairness]): a Lock call that lost its first
@@ -54,16 +55,16 @@ func newFairPolicy(c *Client, tag string, wall func() int64) *fairPolicy {
 	return p
 }
 
-func (p *fairPolicy) join(ctx context.Context, resource string, ttl time.Duration) (waiter, error) {
-	f := &fairWait{waitBase: waitBase{c: p.c, resource: resource, ttl: ttl, rnd: p.c.stream()}, p: p}
+func (p *fairPolicy) Join(ctx context.Context, resource string, ttl time.Duration) (wait.Waiter[*Lock], error) {
+	f := &fairWait{Base: p.c.newBase(resource, ttl), c: p.c, p: p}
 	return f, f.queueBehindOurs(ctx)
 }
 
-// unlock passes l on to the next waiter of this client on its key, when
+// Unlock passes l on to the next waiter of this client on its key, when
 // there is one: in-process when it is covered and most of the lease is
 // left (passOn), else in a handoff round (handOff). A lock that had ended
 // is released as usual, and the waiter then tries in a round of its own.
-func (p *fairPolicy) unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (bool, func(), error) {
+func (p *fairPolicy) Unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (bool, func(), error) {
 	if len(l.keys) != 1 {
 		return false, nil, nil
 	}
@@ -90,7 +91,8 @@ func (p *fairPolicy) unlock(ctx context.Context, l *Lock, until time.Time, until
 // plain one (SET NX), unless waiters of its client are queued already;
 // the first loss to a holder queues it.
 type fairWait struct {
-	waitBase
+	wait.Base[*Lock]
+	c       *Client
 	p       *fairPolicy
 	w       *push.Waiter // nil until queued: an uncontended Lock pays nothing
 	q       *queued      // nil until then too
@@ -157,8 +159,8 @@ func (f *fairReplies) read() ([]push.Holder, []int64) {
 	return f.r, f.foreign
 }
 
-// try takes a lock handed to us, or else makes an attempt (see waiter).
-func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) {
+// Try takes a lock handed to us, or else makes an attempt (see waiter).
+func (f *fairWait) Try(ctx context.Context) (*Lock, *quorum.Round, error, bool) {
 	p, q := f.p, f.q
 	if f.handed == nil && f.grant != nil {
 		select {
@@ -184,7 +186,7 @@ func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 	}
 	if q == nil {
 		// Not queued yet: a plain attempt, which takes a free key.
-		l, round, err := f.c.attemptLock(ctx, newLock(f.c, f.resource, newToken(f.rnd)), f.ttl, nil)
+		l, round, err := f.c.attemptLock(ctx, newLock(f.c, f.Resource, newToken(f.Rnd)), f.TTL, nil)
 		if err == nil {
 			f.took, f.won = l, l.round
 		}
@@ -201,10 +203,10 @@ func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 		f.handed = <-q.Grant // passed to us since the check above
 		return nil, nil, nil, false
 	}
-	l := newLock(f.c, f.resource, q.token())
+	l := newLock(f.c, f.Resource, q.token())
 	f.w.SetOwn(l.token)
 	a := &queuedAsk{f: f}
-	l, round, err := f.c.attemptLock(ctx, l, f.ttl, a)
+	l, round, err := f.c.attemptLock(ctx, l, f.TTL, a)
 	f.attempt = a.rep
 	p.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
 	// Our entry is on the masters now: a release may hand us the lock.
@@ -216,7 +218,7 @@ func (f *fairWait) try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 	return l, round, err, true
 }
 
-// queuedAsk is one queued attempt of f (an asker). Its replies are its
+// queuedAsk is one queued attempt of f (a wait.Asker). Its replies are its
 // own: calls that outlive the round write there, never into the next
 // attempt's.
 type queuedAsk struct {
@@ -224,10 +226,10 @@ type queuedAsk struct {
 	rep *fairReplies
 }
 
-// prepare readies the attempt on l: whether it writes its entry's claim,
+// Prepare readies the attempt on l: whether it writes its entry's claim,
 // decided under the line's mutex with the picks of this client's releases
 // (fair.Line.Claims).
-func (a *queuedAsk) prepare(l *Lock, _ time.Duration) {
+func (a *queuedAsk) Prepare(l *Lock, _ time.Duration) {
 	n := len(a.f.c.masters)
 	a.rep = &fairReplies{r: make([]push.Holder, n), foreign: make([]int64, n)}
 	if a.f.p.line.Claims(a.f.q.Waiter) { // marks q Claimed
@@ -236,8 +238,8 @@ func (a *queuedAsk) prepare(l *Lock, _ time.Duration) {
 	l.refusedClean = true
 }
 
-// ask is master i's call of the attempt: true when the key is ours.
-func (a *queuedAsk) ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
+// Ask is master i's call of the attempt: true when the key is ours.
+func (a *queuedAsk) Ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
 	f, q, rep := a.f, a.f.q, a.rep
 	return call(f.c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
 		vals, err := evalSlice(ctx, m, fairLockScript, q.keys, l.token, ttl.Milliseconds(), q.ID, q.At, q.ttlMS, f.p.tag, q.prefix, rep.claim)
@@ -254,54 +256,57 @@ func (a *queuedAsk) ask(ctx context.Context, i int, l *Lock, ttl time.Duration) 
 		if err != nil {
 			return false, err
 		}
-		rep.set(i, holderOf(vals[1], vals[2]), foreign)
+		rep.set(i, push.HolderOf(vals[1], vals[2]), foreign)
 		return false, nil
 	})
 }
 
-// asked keeps the attempt that round decided: the masters that refused it
+// Asked keeps the attempt that round decided: the masters that refused it
 // may hand the key to its token later (takePushed). Lost, it is undone
 // with its entry put back where it took the key (fair_undo.lua).
-func (a *queuedAsk) asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration) {
+func (a *queuedAsk) Asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration) {
 	q := a.f.q
 	q.latest = queuedAttempt{token: l.token, ttl: l.ttl, start: start, boot: boot, round: round}
 	l.undo = &scriptCall{fairUndoScript, []any{l.token, q.ID, q.At, q.ttlMS}}
 }
 
-// sleep waits after a lost attempt (see waiter): the first loss to a
+// Unasked: a queued attempt asks every master.
+func (a *queuedAsk) Unasked(*quorum.Round, int) bool { return false }
+
+// Sleep waits after a lost attempt (see wait.Waiter): the first loss to a
 // holder queues the call and returns at once, for its first queued
 // attempt; later ones sleep as planQueued says, or until a lock is handed
 // to us.
-func (f *fairWait) sleep(ctx context.Context, round *quorum.Round, err error) error {
-	wait := f.poll()
+func (f *fairWait) Sleep(ctx context.Context, round *quorum.Round, err error, held bool) error {
+	wait := f.Poll()
 	var wake <-chan struct{}
-	if round != nil && errors.Is(err, ErrNotAcquired) {
-		key := "lock:" + f.resource
+	if round != nil && held {
+		key := "lock:" + f.Resource
 		if f.w == nil {
 			f.w = f.p.joinWait(key)
-			f.q = f.p.enqueue(key, f.ttl, f.w, f.rnd)
+			f.q = f.p.enqueue(key, f.TTL, f.w, f.Rnd)
 			return nil // the first queued attempt enqueues us, now
 		}
-		wait = f.p.planQueued(f.w, round, f.q, f.attempt, wait, f.rnd)
+		wait = f.p.planQueued(f.w, round, f.q, f.attempt, wait, f.Rnd)
 		wake = f.w.Wake()
 	}
-	h, err := f.rest(ctx, wait, wake, f.grant, nil, false, err)
+	h, err := f.Rest(ctx, wait, wake, f.grant, nil, false, err)
 	if h != nil {
 		f.handed = h
 	}
 	return err
 }
 
-// end undoes what waiting made: a lock handed to us and not taken is
+// End undoes what waiting made: a lock handed to us and not taken is
 // freed, the subscriptions left, and for a queued call its place in this
 // client's line and on the masters given up.
-func (f *fairWait) end(ctx context.Context) {
+func (f *fairWait) End(ctx context.Context) {
 	p, q := f.p, f.q
 	if f.handed != nil {
 		f.handed.abandonHanded(ctx, nil)
 		f.handed = nil
 	}
-	f.waitBase.end()
+	f.Stop()
 	if f.w != nil {
 		f.w.Leave()
 	}
@@ -355,20 +360,17 @@ func (f *fairWait) take(ctx context.Context, l *Lock) (*Lock, error) {
 // goroutine, one round in every two a section cost).
 func (f *fairWait) queueBehindOurs(ctx context.Context) error {
 	p, c := f.p, f.c
-	key := "lock:" + f.resource
+	key := "lock:" + f.Resource
 	ours := p.line.WaitedOn(key)
 	if !ours && !c.push.Subscribed(key) {
 		return nil
 	}
 	f.w = p.joinWait(key)
-	f.q = p.enqueue(key, f.ttl, f.w, f.rnd)
+	f.q = p.enqueue(key, f.TTL, f.w, f.Rnd)
 	if !ours {
 		return nil // the first attempt is a queued one
 	}
-	if c.cfg.hooks.Waiting != nil {
-		f.waiting = true // before it can be seen listed
-		c.cfg.hooks.Waiting(1)
-	}
+	f.Listed() // before it can be seen listed
 	p.line.List(f.q.Waiter)
 	f.grant = f.q.Grant
 	h, ok, err := p.line.AwaitTurn(ctx, f.q.Waiter, f.q.wake, p.entry/3)
@@ -419,7 +421,7 @@ func (f *fairWait) takePushed(ctx context.Context) (l *Lock, err error, ok bool)
 		return nil, nil, false
 	}
 	q.latest = queuedAttempt{}
-	l = newLock(c, f.resource, a.token)
+	l = newLock(c, f.Resource, a.token)
 	l.round, l.untilBoot, l.ttl = quorum.Settled(agreed), untilBoot, a.ttl
 	if c.cfg.minter != nil {
 		if err := c.mint(ctx, l, deadline); err != nil {
@@ -545,7 +547,7 @@ func (p *fairPolicy) planQueued(w *push.Waiter, round *quorum.Round, q *queued, 
 	if !known {
 		return min(poll, refresh)
 	}
-	free += randN(rnd, wakeJitter)
+	free += wait.RandN(rnd, wait.WakeJitter)
 	if !q.pushed {
 		free = min(free, poll)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // TestFairOrderVirtual: waiters of separate fair clients (separate
@@ -58,7 +59,7 @@ func TestFairOrderVirtual(t *testing.T) {
 			// wake-up that found the masters mid-release (a busy machine
 			// runs the release's calls in another order): never after a
 			// timer (the entry's refresh, 1 s; the TTL).
-			assert.WithinDuration(t, released, w.at, maxWakeBackoff, "not handed over at the release")
+			assert.WithinDuration(t, released, w.at, wait.MaxWakeBackoff, "not handed over at the release")
 			time.Sleep(10 * time.Millisecond)
 			released = time.Now()
 			require.NoError(t, w.l.Unlock(ctx))

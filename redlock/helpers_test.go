@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/redlock/internal/plain"
 )
 
 // miniMasters starts n in-process Redis servers and a client for each.
@@ -237,3 +238,9 @@ func leastCycleAllocs(t *testing.T, ttl time.Duration, rounds int, clients ...*C
 
 // fairOf is c's fair policy (c was made WithFairness).
 func fairOf(c *Client) *fairPolicy { return c.policy.(*fairPolicy) }
+
+// probeMaster is the master the plain policy's woken attempts on resource
+// ask first.
+func (c *Client) probeMaster(resource string) int {
+	return plain.ProbeMaster[*Lock](policyCore{c}, resource)
+}

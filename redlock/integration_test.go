@@ -19,9 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/harness/faultproxy"
-	"quorumlock.dev/internal/harness/memredis"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/quorum"
@@ -276,62 +274,3 @@ func TestMain(m *testing.M) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
-
-// TestProbeScript: probe.lua, as probeCall reads it, on a real server,
-// miniredis and the simulator's memredis: a free key is set; a held one is
-// refused with its holder and PTTL; a key of another type is refused with
-// no holder read (the release after the loss tells ErrWrongType).
-func TestProbeScript(t *testing.T) {
-	_, real, _ := realMasters(t, 1)
-	_, mini := miniMasters(t, 1)
-	mem := memredis.New()
-	makeHash := driver.NewScript("redis.call('HSET', KEYS[1], 'f', 'v') return 1")
-	for name, m := range map[string]Master{"redis-server": real[0], "miniredis": mini[0], "memredis": mem.Conn()} {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			key := "lock:probe-" + name
-			l, a := &Lock{keys: []string{key}, token: "first"}, &probeAsk{}
-			set, err := a.probeCall(ctx, m, l, 60_000)
-			require.NoError(t, err)
-			assert.True(t, set, "a free key was not set")
-			assert.False(t, a.holder.OK)
-
-			l, a = &Lock{keys: []string{key}, token: "second"}, &probeAsk{}
-			set, err = a.probeCall(ctx, m, l, 60_000)
-			require.NoError(t, err)
-			assert.False(t, set, "a held key was set")
-			assert.True(t, a.holder.OK)
-			assert.Equal(t, "first", a.holder.Token)
-			assert.Greater(t, a.holder.PTTL, int64(50_000))
-			assert.LessOrEqual(t, a.holder.PTTL, int64(60_000))
-
-			other := key + ":hash"
-			_, err = m.Eval(ctx, makeHash, []string{other})
-			require.NoError(t, err)
-			l, a = &Lock{keys: []string{other}, token: "third"}, &probeAsk{}
-			set, err = a.probeCall(ctx, m, l, 60_000)
-			require.NoError(t, err)
-			assert.False(t, set, "a key of another type was set")
-			assert.False(t, a.holder.OK, "a holder was read from a key of another type")
-			assert.True(t, a.wrongType, "a key of another type was not told")
-		})
-	}
-	// A reply the script cannot give (a proxy, another server) is a typed
-	// error of the master, not a refusal.
-	for _, v := range []any{"OK", int64(2), []any{"first"}, []any{"first", "soon"}} {
-		l, a := &Lock{keys: []string{"lock:probe"}, token: "t"}, &probeAsk{}
-		_, err := a.probeCall(context.Background(), replying{mem.Conn().(full), v}, l, 60_000)
-		assert.ErrorIs(t, err, driver.ErrUnexpectedReply, "reply %#v", v)
-		assert.False(t, a.holder.OK, "reply %#v read as a holder", v)
-	}
-}
-
-// replying is a master whose scripts all reply v.
-type replying struct {
-	full
-	v any
-}
-
-func (r replying) Eval(context.Context, *driver.Script, []string, ...any) (any, error) {
-	return r.v, nil
-}

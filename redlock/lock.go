@@ -42,7 +42,6 @@ type Lock struct {
 	undo         *scriptCall
 	releaseBy    *scriptCall
 	kept         any           // the wait policy's own state of a held lock (fair: a pass in-process)
-	probe        int           // an attempt's master asked first, +1 (see probeMaster); 0: none
 	ttl          time.Duration // of the keys last set: a release retried in the background stops once it passed
 
 	op opLock // serialises Unlock and Extend
@@ -272,7 +271,7 @@ func (l *Lock) unlock(ctx context.Context) error {
 	lost := l.cause // the lock ended before this Unlock: nil when it had not
 	l.endLocked(errUnlocked)
 	l.mu.Unlock()
-	done, after, err := l.c.policy.unlock(ctx, l, until, untilBoot, lost)
+	done, after, err := l.c.policy.Unlock(ctx, l, until, untilBoot, lost)
 	if done {
 		return err
 	}

@@ -10,40 +10,12 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/redlock/internal/node"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // errStuck is the error of a master that a round did not call because the
 // master has not replied for longer than the node timeout (see health).
 var errStuck = errors.New("redlock: skipped: this master has not replied for longer than the node timeout")
-
-// errNotProbed is the call of a master that an attempt did not make
-// because the master it asked first refused (see probeMaster).
-var errNotProbed = errors.New("redlock: not asked: the master asked first refused")
-
-// errNotAsked is the call of a master that an attempt did not make because
-// the round ended while it waited for the master asked first.
-var errNotAsked = errors.New("redlock: not asked: the round ended while the master asked first had not answered")
-
-// probeMaster is the master that attempts woken by a release ask first:
-// the same for every client of resource (an FNV hash of its name), or the
-// next one whose last call got a reply and whose votes count. Only the
-// attempt that wins it asks the others, so that waiters woken by one
-// release do not split the votes between them (docs/design.md, "Waiting
-// for a held lock").
-func (c *Client) probeMaster(resource string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(resource); i++ {
-		h = (h ^ uint32(resource[i])) * 16777619
-	}
-	n := len(c.masters)
-	for k := range n {
-		i := (int(h%uint32(n)) + k) % n
-		if !c.health[i].FailedLast() && !c.watcher.Quarantined(i) {
-			return i
-		}
-	}
-	return -1
-}
 
 // health is what the client knows of one master: its breaker (package
 // node), and for errors and diagnoses the last call that got no reply and
@@ -93,7 +65,7 @@ func evalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys [
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, errNotProbed) || errors.Is(err, errNotAsked) {
+	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, wait.ErrNotAsked) {
 		return true
 	}
 	var op *net.OpError

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // TryLockAll makes one attempt to lock all of resources for ttl, all or
@@ -35,8 +36,8 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 	if _, err := c.newMulti(resources, ttl, nil); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, func() (waiter, error) {
-		return &pollWait{waitBase: waitBase{c: c, resource: strings.Join(resources, ","), ttl: ttl, rnd: c.stream()}, resources: resources}, nil
+	return c.wait(ctx, func() (wait.Waiter[*Lock], error) {
+		return &pollWait{Base: c.newBase(strings.Join(resources, ","), ttl), c: c, resources: resources}, nil
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // Hooks are told of events an application may count, for metrics (redlockprom
@@ -96,7 +97,7 @@ func (c *Client) observeVotes(call quorum.Call) quorum.Call {
 		start := time.Now()
 		agreed, err := call(ctx, i)
 		took := time.Since(start)
-		if !callerEnded(ctx, err) && !errors.Is(err, errNotProbed) && !errors.Is(err, errNotAsked) {
+		if !callerEnded(ctx, err) && !errors.Is(err, wait.ErrNotAsked) {
 			voted(c.addrs[i], voteOf(agreed, err, took, c.cfg.nodeTimeout), took)
 		}
 		return agreed, err

@@ -44,8 +44,4 @@ var (
 	//go:embed scripts/holder.lua
 	holderLua    string
 	holderScript = driver.NewScript(holderLua)
-
-	//go:embed scripts/probe.lua
-	probeLua    string
-	probeScript = driver.NewScript(probeLua)
 )

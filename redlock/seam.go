@@ -42,15 +42,6 @@ func (c *Client) stream() *rand.Rand {
 // monotonic clock and the one that counts suspend).
 func wallMicros() int64 { return time.Now().UnixMicro() }
 
-// randN returns a uniform duration in [0, d) drawn from r (nil: the
-// process's source); d > 0.
-func randN(r *rand.Rand, d time.Duration) time.Duration {
-	if r == nil {
-		return rand.N(d)
-	}
-	return time.Duration(r.Int64N(int64(d)))
-}
-
 // randUint32 returns 32 random bits from r (nil: the process's source).
 func randUint32(r *rand.Rand) uint32 {
 	if r == nil {

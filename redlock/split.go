@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // A burst of TryLock calls on a free resource used to end with no holder:
@@ -113,13 +114,13 @@ func (c *Client) trySplit(ctx context.Context, resource string, ttl time.Duratio
 		if err == nil || k == splitRetries || !c.split(ctx, round, resource, err) {
 			return l, err
 		}
-		wait := randN(rnd, window)
+		pause := wait.RandN(rnd, window)
 		window = min(2*window, c.cfg.nodeTimeout)
 		if t == nil {
-			t = time.NewTimer(wait)
+			t = time.NewTimer(pause)
 			defer t.Stop()
 		} else {
-			t.Reset(wait)
+			t.Reset(pause)
 		}
 		select {
 		case <-t.C:

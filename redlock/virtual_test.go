@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/redlock/internal/plain"
 )
 
 // Tests of the lock's own logic in virtual time: masters are in-memory
@@ -42,7 +43,7 @@ func memMasters(n int) ([]*memredis.Server, []Master) {
 // NX, and the probe script that a woken waiter's attempt sends its probe
 // master instead (probeCall; memredis counts a script by its first line).
 func attemptCalls(s *memredis.Server) int {
-	first, _, _ := strings.Cut(probeLua, "\n")
+	first, _, _ := strings.Cut(plain.ProbeScript.Source(), "\n")
 	return s.Calls("set") + s.Calls(first)
 }
 

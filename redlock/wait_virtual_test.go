@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/plain"
 )
 
 // countingConn counts the lock commands sent to one master: SET NX, and
@@ -98,7 +99,7 @@ type releasedAfterProbe struct {
 
 func (r releasedAfterProbe) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	v, err := r.full.Eval(ctx, s, keys, args...)
-	if s == probeScript && err == nil && v != int64(1) && r.armed.CompareAndSwap(true, false) {
+	if s == plain.ProbeScript && err == nil && v != int64(1) && r.armed.CompareAndSwap(true, false) {
 		r.release()
 	}
 	return v, err

@@ -41,7 +41,11 @@ var allowed = map[string][]string{
 	"redlock/internal/watch": {"driver", "clockdrift", "internal/bounded"},
 	"redlock/internal/retry": {"driver", "internal/bounded"},
 	"redlock/internal/node":  nil,
-	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "internal/boottime", "internal/bugs", "internal/seam"},
+	// The wait policies and what they agree on with the core: none of
+	// them knows redlock, or another policy.
+	"redlock/internal/wait":  {"quorum"},
+	"redlock/internal/plain": {"driver", "quorum", "redlock/internal/push", "redlock/internal/wait"},
+	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
@@ -65,7 +69,7 @@ var allowed = map[string][]string{
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node",
-	"internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
+	"redlock/internal/wait", "redlock/internal/plain", "internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()

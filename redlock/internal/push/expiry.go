@@ -16,6 +16,25 @@ type Holder struct {
 	PTTL  int64  // ms; -2 no key, -1 no expiry
 }
 
+// HolderOf reads a script's reply of who holds a key, its token (nil: none)
+// and PTTL in ms, as holder.lua gives them and probe.lua and fair_lock.lua
+// give them too: OK is false when the PTTL is not an integer.
+func HolderOf(token, pttl any) Holder {
+	h := Holder{}
+	h.Token, _ = token.(string)
+	h.PTTL, h.OK = pttl.(int64)
+	// Redis takes a PX up to ~9.2e12 ms; as a time.Duration that
+	// overflows, and a wait computed from it came out negative: every
+	// waiter retried at once until its context ended.
+	h.PTTL = min(h.PTTL, MaxPTTL)
+	return h
+}
+
+// MaxPTTL is the longest remaining TTL, in ms, that a waiter reads from a
+// master: a year. A key set for longer is waited for as if it ends then (a
+// release still wakes the waiters).
+const MaxPTTL = int64(365 * 24 * time.Hour / time.Millisecond)
+
 // WakeAfter is when a majority can next be won after round was lost: the
 // need-th smallest time until a master is free (now, for one that took our
 // key or whose key is gone; its key's TTL for one that refused; never, for
