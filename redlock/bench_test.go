@@ -15,6 +15,7 @@ import (
 	"quorumlock.dev/quorum"
 
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 // Benchmarks on real redis-server processes started on loopback ports.
@@ -133,7 +134,7 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 // release with the compare-and-delete script on every master, waiting for
 // all. No validity, no cleanup of late SETs, no error detail.
 // rawRelease is release.lua for the raw loop's plain go-redis clients.
-var rawRelease = redis.NewScript(queueLua + releaseLua)
+var rawRelease = redis.NewScript(fair.QueueLua + releaseLua)
 
 func rawCycle(b *testing.B, servers []*redisserver.Server) {
 	n := len(servers)

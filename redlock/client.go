@@ -15,6 +15,7 @@ import (
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/plain"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/retry"
@@ -87,7 +88,7 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		group:     quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
 		cfg:       cfg,
 	}
-	tag := fmt.Sprintf("%08x", randUint32(c.stream()))
+	tag := fmt.Sprintf("%08x", wait.RandUint32(c.stream()))
 	wall := wallMicros
 	if cfg.seamClock != nil {
 		c.clock = seamClock{cfg.seamClock}
@@ -98,7 +99,9 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 	c.retries = c.newRetries()
 	c.policy = plain.New[*Lock](policyCore{c})
 	if cfg.fairTTL > 0 {
-		c.policy = newFairPolicy(c, tag, wall)
+		c.policy = fair.New[*Lock](policyCore{c}, fair.Config{Entry: cfg.fairTTL, Tag: tag, Wall: wall, Errors: fair.Errors{
+			NotAcquired: ErrNotAcquired, LockNotHeld: ErrLockNotHeld, QuorumUnavailable: ErrQuorumUnavailable, Quarantined: errQuarantined,
+		}})
 	}
 	c.push = push.NewHub(c.masters, c.addrs, cfg.logger)
 	if err := c.describe(masters); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 var (
@@ -298,7 +299,7 @@ func TestHandOffReleaseRetried(t *testing.T) {
 		wrapped := append([]Master(nil), masters...)
 		for i := 2; i < 5; i++ {
 			drops[i].Store(true) // armed below
-			wrapped[i] = noReplyOnce{full: masters[i].(full), dropped: &drops[i], script: handoffScript}
+			wrapped[i] = noReplyOnce{full: masters[i].(full), dropped: &drops[i], script: fair.HandoffScript}
 		}
 		c := virtualClient(t, wrapped, WithFairness(3*time.Second))
 		other := virtualClient(t, masters, WithFairness(3*time.Second))

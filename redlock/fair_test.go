@@ -35,7 +35,7 @@ func TestQueueKeys(t *testing.T) {
 		{"lock:a}b", "", "", "", false},
 	}
 	s := memredis.New()
-	names := driver.NewScript(queueLua + "local q, e, h = queue_of(KEYS[1]) return {q or '', e or '', h or ''}")
+	names := driver.NewScript(fair.QueueLua + "local q, e, h = queue_of(KEYS[1]) return {q or '', e or '', h or ''}")
 	for _, tt := range tests {
 		got, err := s.Conn().Eval(context.Background(), names, []string{tt.key})
 		require.NoError(t, err, tt.key)
@@ -414,7 +414,7 @@ func TestLateAttemptLeavesLaterKey(t *testing.T) {
 	attempt := func(token string) []any {
 		t.Helper()
 		prefix, _, _ := strings.Cut(token, ".")
-		got, err := s.Conn().Eval(ctx, fairLockScript, []string{"lock:late"}, token, 2000, "00000000000001abcdefgh"+prefix, 1, 3000, "abcdefgh", prefix)
+		got, err := s.Conn().Eval(ctx, fair.LockScript, []string{"lock:late"}, token, 2000, "00000000000001abcdefgh"+prefix, 1, 3000, "abcdefgh", prefix)
 		require.NoError(t, err)
 		return got.([]any)
 	}
@@ -481,13 +481,13 @@ func TestLostAttemptKeepsPlace(t *testing.T) {
 	attempt := func(id string, stamp int64, token, claim string) []any {
 		t.Helper()
 		prefix, _, _ := strings.Cut(token, ".")
-		got, err := s.Conn().Eval(ctx, fairLockScript, []string{key}, token, 2000, id, stamp, 3000, id[14:22], prefix, claim)
+		got, err := s.Conn().Eval(ctx, fair.LockScript, []string{key}, token, 2000, id, stamp, 3000, id[14:22], prefix, claim)
 		require.NoError(t, err)
 		return got.([]any)
 	}
 	undo := func(id string, stamp int64, token string) {
 		t.Helper()
-		n, err := s.Conn().Eval(ctx, fairUndoScript, []string{key}, token, id, stamp, 3000)
+		n, err := s.Conn().Eval(ctx, fair.UndoScript, []string{key}, token, id, stamp, 3000)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, "the undo did not find its key")
 	}

@@ -31,8 +31,8 @@ func TestFairDirectHandoff(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
-	assert.Equal(t, uint64(1), fairOf(c).handed.Load(), "the lock was not handed over by the release")
-	assert.Zero(t, fairOf(c).passed.Load(), "passed on a lease with half the waiter's TTL")
+	assert.Equal(t, uint64(1), fairOf(c).Handed(), "the lock was not handed over by the release")
+	assert.Zero(t, fairOf(c).Passed(), "passed on a lease with half the waiter's TTL")
 	assert.NotEqual(t, holder.Token(), w.l.Token())
 	heldEverywhere(t, admin, res, w.l)
 	queuedOn(t, admin, res, 0)
@@ -66,8 +66,8 @@ func TestFairHandoffKeepsOrderAcrossClients(t *testing.T) {
 		t.Fatalf("the releaser's own waiter cut in (err %v)", s.err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	assert.Zero(t, fairOf(mine).handed.Load(), "handed to a waiter that was not the head")
-	assert.Zero(t, fairOf(mine).passed.Load(), "passed on over a waiter of another client")
+	assert.Zero(t, fairOf(mine).Handed(), "handed to a waiter that was not the head")
+	assert.Zero(t, fairOf(mine).Passed(), "passed on over a waiter of another client")
 	require.NoError(t, r.l.Unlock(ctx))
 	s := <-second
 	require.NoError(t, s.err)
@@ -116,9 +116,9 @@ func TestFairHandoffUnderLoad(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int32(1), inside.most.Load(), "two holders at once")
 	assert.Equal(t, int32(workers*perWorker), sections.Load()+gaveUp.Load())
-	direct := fairOf(c).handed.Load() + fairOf(c).passed.Load()
+	direct := fairOf(c).Handed() + fairOf(c).Passed()
 	assert.Greater(t, direct, uint64(sections.Load()/2), "fewer than half the sections were handed over directly")
-	t.Logf("%d sections, %d handed over in a round, %d passed on, %d gave up", sections.Load(), fairOf(c).handed.Load(), fairOf(c).passed.Load(), gaveUp.Load())
+	t.Logf("%d sections, %d handed over in a round, %d passed on, %d gave up", sections.Load(), fairOf(c).Handed(), fairOf(c).Passed(), gaveUp.Load())
 	// Entries of waiters that gave up while a call was in flight expire
 	// with the entry TTL; nothing lives longer.
 	nothingLeft(t, admin, res, 2*defaultFairEntryTTL)
@@ -148,8 +148,8 @@ func TestFairPassOn(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx))
 	w := <-waiting
 	require.NoError(t, w.err)
-	assert.Equal(t, uint64(1), fairOf(c).passed.Load(), "not passed on")
-	assert.Zero(t, fairOf(c).handed.Load())
+	assert.Equal(t, uint64(1), fairOf(c).Passed(), "not passed on")
+	assert.Zero(t, fairOf(c).Handed())
 	assert.Equal(t, holder.Token(), w.l.Token())
 	// Until reads two clocks (the monotonic and the one that counts suspend), which drift apart by ns.
 	assert.WithinDuration(t, lease, w.l.Until(), time.Millisecond, "a passed lock has its predecessor's lease")
@@ -161,7 +161,7 @@ func TestFairPassOn(t *testing.T) {
 	heldEverywhere(t, admin, res, w.l)
 	// Its entry stays queued while it holds (the release removes it),
 	// unless it expires first.
-	assert.Equal(t, []string{chainOf(w.l).stale[0]}, chainOf(w.l).stale)
+	assert.Len(t, fairOf(c).Stale(w.l), 1)
 	require.NoError(t, w.l.Extend(ctx, time.Minute), "the new holder cannot extend")
 	require.NoError(t, w.l.Unlock(ctx))
 	nothingLeft(t, admin, res, defaultFairEntryTTL/2)
@@ -194,7 +194,7 @@ func TestFairPassKeepsOrderAcrossClients(t *testing.T) {
 
 	f := <-first
 	require.NoError(t, f.err)
-	assert.Equal(t, uint64(1), fairOf(mine).passed.Load(), "the first waiter was not passed the lock in-process")
+	assert.Equal(t, uint64(1), fairOf(mine).Passed(), "the first waiter was not passed the lock in-process")
 	require.NoError(t, f.l.Unlock(ctx))
 	var got lockResult
 	select {
@@ -234,7 +234,7 @@ func listedHere(t *testing.T, c *Client, resource string, ok func([]fair.State) 
 	t.Helper()
 	var last atomic.Pointer[[]fair.State] // Eventually's condition runs in a goroutine of its own
 	if !assert.Eventually(t, func() bool {
-		return fairOf(c).line.Inspect("lock:"+resource, func(ws []fair.State) bool {
+		return fairOf(c).Inspect("lock:"+resource, func(ws []fair.State) bool {
 			last.Store(&ws)
 			return ok(ws)
 		})
@@ -318,7 +318,7 @@ func (f *fairCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (f *fairCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && (args[1] == fairLockScript.Hash() || args[1] == fairLockLua) {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == fair.LockScript.Hash() || args[1] == fair.LockScript.Source()) {
 			f.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -377,8 +377,8 @@ func TestFairPassCoversBatch(t *testing.T) {
 		assert.Equal(t, holder.Token(), r.l.Token(), "waiter %d was not passed the lock", i)
 		require.NoError(t, r.l.Unlock(ctx))
 	}
-	assert.Equal(t, uint64(n), fairOf(c).passed.Load())
-	assert.Zero(t, fairOf(c).handed.Load())
+	assert.Equal(t, uint64(n), fairOf(c).Passed())
+	assert.Zero(t, fairOf(c).Handed())
 	assert.Equal(t, int64(1), calls.n.Load()-before, "fair_lock.lua rounds while the lock went down the line")
 	nothingLeft(t, admin, res, defaultFairEntryTTL/2)
 }
@@ -415,7 +415,7 @@ func TestFairHandoffWakesOtherWaiters(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx))
 	m := <-mine
 	require.NoError(t, m.err)
-	require.Equal(t, uint64(1), fairOf(c).handed.Load(), "not a direct handoff")
+	require.Equal(t, uint64(1), fairOf(c).Handed(), "not a direct handoff")
 	require.NoError(t, m.l.Unlock(ctx))
 	released := time.Now()
 	select {
@@ -482,6 +482,6 @@ func fairClientsTakeTurns(t *testing.T) {
 		}
 	}
 	t.Logf("longest run of one client %d; passed %d + %d, handed %d + %d", longest,
-		fairOf(clients[0]).passed.Load(), fairOf(clients[1]).passed.Load(), fairOf(clients[0]).handed.Load(), fairOf(clients[1]).handed.Load())
+		fairOf(clients[0]).Passed(), fairOf(clients[1]).Passed(), fairOf(clients[0]).Handed(), fairOf(clients[1]).Handed())
 	assert.LessOrEqual(t, longest, 3*perClient, "one client kept the lock while the other's waiters were queued: %v", order)
 }

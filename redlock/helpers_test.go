@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/plain"
 )
 
@@ -237,7 +238,7 @@ func leastCycleAllocs(t *testing.T, ttl time.Duration, rounds int, clients ...*C
 }
 
 // fairOf is c's fair policy (c was made WithFairness).
-func fairOf(c *Client) *fairPolicy { return c.policy.(*fairPolicy) }
+func fairOf(c *Client) *fair.Policy[*Lock] { return c.policy.(*fair.Policy[*Lock]) }
 
 // probeMaster is the master the plain policy's woken attempts on resource
 // ask first.

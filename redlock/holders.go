@@ -8,6 +8,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/push"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // readHolders runs the holder script on the masters that refused round
@@ -20,11 +21,11 @@ func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key strin
 	over := false
 	keys := []string{key}
 	quorum.Group{Nodes: n, Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
-		if round.Answer(i) != quorum.Refused && !(late && refused(round, i)) {
+		if round.Answer(i) != quorum.Refused && !(late && wait.Refused(round, i)) {
 			return true, nil
 		}
 		vals, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) ([]any, error) {
-			return evalSlice(ctx, m, holderScript, keys)
+			return wait.EvalSlice(ctx, m, holderScript, keys)
 		})
 		if err != nil || len(vals) != 2 {
 			return false, err

@@ -12,6 +12,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // Lock is a held lock, safe for concurrent use (Unlock and Extend serialised):
@@ -39,8 +40,8 @@ type Lock struct {
 	// (fair_undo.lua); the release of the held lock (handoff.lua, removing
 	// entries); nil: release.lua with the token.
 	refusedClean bool
-	undo         *scriptCall
-	releaseBy    *scriptCall
+	undo         *wait.Script
+	releaseBy    *wait.Script
 	kept         any           // the wait policy's own state of a held lock (fair: a pass in-process)
 	ttl          time.Duration // of the keys last set: a release retried in the background stops once it passed
 
@@ -171,9 +172,28 @@ func (l *Lock) Until() time.Time {
 
 // over reports whether a lease ending at until (monotonic) and boot (on the
 // clock that counts suspend) has run out.
-func (l *Lock) over(until time.Time, boot time.Duration) bool {
-	now, nowBoot := l.c.clock.now()
+func (l *Lock) over(until time.Time, boot time.Duration) bool { return overAt(l.c.clock, until, boot) }
+
+// overAt is over on clock.
+func overAt(clock clock, until time.Time, boot time.Duration) bool {
+	now, nowBoot := clock.now()
 	return !now.Before(until) || nowBoot >= boot && !bugs.MonotonicLeaseOnly
+}
+
+// abandon frees the keys of a lock nobody will hold (one handed to a
+// waiter that will not take it), in the background, and then calls after
+// when it is not nil: its waiter tries again once the masters that
+// answered have let the keys go.
+func (l *Lock) abandon(ctx context.Context, after func()) {
+	l.mu.Lock()
+	l.ended, l.cause = true, errUnlocked
+	l.mu.Unlock()
+	go func() {
+		l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
+		if after != nil {
+			after()
+		}
+	}()
 }
 
 // leaseCheck is how often Done's timer looks at the clock that counts
@@ -384,7 +404,7 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 			return
 		}
 		if err == nil && agreed && l.undo != nil {
-			l.releaseWith(ctx, i, &out[i], l.undo.script, l.undo.args)
+			l.releaseWith(ctx, i, &out[i], l.undo.Script, l.undo.Args)
 			return
 		}
 		if err != nil {
@@ -414,17 +434,11 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 	return out
 }
 
-// scriptCall is a script with its arguments, for a lock's keys.
-type scriptCall struct {
-	script *driver.Script
-	args   []any
-}
-
 // releaser is l's release: release.lua with the token, unless a wait
 // policy set another (releaseBy).
 func (l *Lock) releaser() (*driver.Script, []any) {
 	if l.releaseBy != nil {
-		return l.releaseBy.script, l.releaseBy.args
+		return l.releaseBy.Script, l.releaseBy.Args
 	}
 	return releaseScript, l.args
 }
@@ -437,7 +451,7 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
 
 // releaseWith is releaseOne with script.
 func (l *Lock) releaseWith(ctx context.Context, i int, r *release, script *driver.Script, args []any) {
-	n, err := evalInt(ctx, l.c.masters[i], script, l.keys, args...)
+	n, err := wait.EvalInt(ctx, l.c.masters[i], script, l.keys, args...)
 	switch {
 	case err != nil:
 		r.e = err
@@ -504,7 +518,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	start, boot := c.clock.now()
 	round := c.group.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return evalInt(ctx, m, extendScript, l.keys, l.token, ms)
+			return wait.EvalInt(ctx, m, extendScript, l.keys, l.token, ms)
 		})
 		return n == 1, err
 	})

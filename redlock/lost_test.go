@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 // noPush hides a master's Subscribe: its waiters poll.
@@ -34,7 +35,7 @@ type lostHandoffReply struct {
 
 func (m *lostHandoffReply) Eval(ctx context.Context, s *driver.Script, keys []string, args ...any) (any, error) {
 	v, err := m.full.Eval(ctx, s, keys, args...)
-	if s != handoffScript || len(args) < 4 || args[1] == "" || err != nil || !m.lost.CompareAndSwap(false, true) {
+	if s != fair.HandoffScript || len(args) < 4 || args[1] == "" || err != nil || !m.lost.CompareAndSwap(false, true) {
 		return v, err
 	}
 	return nil, errors.New("read tcp: i/o timeout (the reply to the handoff was lost)")
@@ -66,7 +67,7 @@ func TestHandoffUncountedKeysReleased(t *testing.T) {
 	}
 	require.NoError(t, w.err)
 	t.Logf("the waiter took the lock %v after the release", w.at.Sub(released))
-	assert.Zero(t, fairOf(c).handed.Load(), "a handoff that no master counted was delivered")
+	assert.Zero(t, fairOf(c).Handed(), "a handoff that no master counted was delivered")
 	heldEverywhere(t, admin, res, w.l)
 	require.NoError(t, w.l.Unlock(ctx))
 }

@@ -48,7 +48,7 @@ func newLostPassWorld(ctx context.Context, t *testing.T, bTTL time.Duration) los
 	require.NoError(t, h.Unlock(ctx))
 	a := <-aRes
 	require.NoError(t, a.err)
-	require.Equal(t, uint64(1), fairOf(c).passed.Load(), "H's Unlock did not pass the lock to A in-process")
+	require.Equal(t, uint64(1), fairOf(c).Passed(), "H's Unlock did not pass the lock to A in-process")
 	require.Equal(t, h.Token(), a.l.Token())
 	other := virtualClient(t, masters, WithNodeTimeout(250*time.Millisecond))
 	return lostPassWorld{servers: servers, c: c, h: h, a: a.l, b: b, other: other}
@@ -83,7 +83,7 @@ func (w lostPassWorld) notPassed(ctx context.Context, t *testing.T, ol *Lock) {
 		t.Fatalf("B's Lock failed: %v", got.err)
 	case <-time.After(10 * time.Second):
 	}
-	assert.Equal(t, uint64(1), fairOf(w.c).passed.Load(), "a lock that ended was passed on")
+	assert.Equal(t, uint64(1), fairOf(w.c).Passed(), "a lock that ended was passed on")
 	require.NoError(t, ol.Unlock(ctx))
 	got := <-w.b
 	require.NoError(t, got.err)
@@ -137,7 +137,7 @@ func TestLostLockNotPassedOnByRenewer(t *testing.T) {
 		assertClosed(t, w.a.Done(), "the renewer did not end A's lock")
 		assert.ErrorIs(t, context.Cause(w.a.Context()), ErrNoProgress)
 		assert.NotEqual(t, w.a.Token(), got.l.Token(), "the renewer's Unlock passed A's lost lock on to B")
-		assert.Equal(t, uint64(1), fairOf(w.c).passed.Load(), "a lock that ended was passed on")
+		assert.Equal(t, uint64(1), fairOf(w.c).Passed(), "a lock that ended was passed on")
 		assert.True(t, w.heldBy(got.l), "B's key is not on a majority of the masters")
 		_, err := w.other.TryLock(ctx, lostRes, time.Minute)
 		assert.ErrorIs(t, err, ErrNotAcquired, "another client took the lock B holds")

@@ -1,14 +1,12 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
 
-	"quorumlock.dev/driver"
 	"quorumlock.dev/redlock/internal/node"
 	"quorumlock.dev/redlock/internal/wait"
 )
@@ -34,38 +32,12 @@ type failure struct {
 	at  int64 // ns on the client's clock
 }
 
-// evalInt runs script on m and reads an integer reply.
-func evalInt(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) (int64, error) {
-	v, err := m.Eval(ctx, script, keys, args...)
-	if err != nil {
-		return 0, err
-	}
-	n, ok := v.(int64)
-	if !ok {
-		return 0, fmt.Errorf("%w: %v (%T) from a script that returns an integer", driver.ErrUnexpectedReply, v, v)
-	}
-	return n, nil
-}
-
-// evalSlice runs script on m and reads an array reply.
-func evalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) ([]any, error) {
-	v, err := m.Eval(ctx, script, keys, args...)
-	if err != nil {
-		return nil, err
-	}
-	vals, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: %v (%T) from a script that returns an array", driver.ErrUnexpectedReply, v, v)
-	}
-	return vals, nil
-}
-
 // neverSent reports an error that proves a command never reached master i:
 // the breaker held it back, a handoff round left it to the plain release, or the connection could not be dialled by a
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) || errors.Is(err, errNotHanded) || errors.Is(err, wait.ErrNotAsked) {
+	if errors.Is(err, errStuck) || errors.Is(err, wait.ErrNotAsked) {
 		return true
 	}
 	var op *net.OpError

@@ -59,7 +59,7 @@ func (c *Client) newMulti(resources []string, ttl time.Duration, rnd *rand.Rand)
 	if c.cluster && !sameHashTag(sorted) {
 		return nil, invalid("resources %q: a Redis Cluster master runs a script only on keys of one slot; give them one hash tag, e.g. {order:42}:sku:1", sorted)
 	}
-	l := newLock(c, sorted[0], newToken(rnd))
+	l := newLock(c, sorted[0], wait.NewToken(rnd))
 	if len(sorted) > 1 {
 		l.multi, l.fences = sorted, make([]uint64, len(sorted))
 		l.keys = make([]string, len(sorted))
@@ -73,7 +73,7 @@ func (c *Client) newMulti(resources []string, ttl time.Duration, rnd *rand.Rand)
 // acquireAll runs acquire_all.lua on master m: true when it set every key,
 // false when some key was held.
 func acquireAll(ctx context.Context, m driver.Conn, keys []string, args []any) (bool, error) {
-	n, err := evalInt(ctx, m, acquireAllScript, keys, args...)
+	n, err := wait.EvalInt(ctx, m, acquireAllScript, keys, args...)
 	return err == nil && n == 1, err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/harness/memredis"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 // Handoff between clients: a release hands the key to the queue's head
@@ -54,7 +55,7 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		require.NoError(t, r.err)
 		assert.Equal(t, released, r.at, "not handed over at the release")
 		assert.Equal(t, before, votes.Load(), "the waiter made an attempt after the release")
-		assert.Equal(t, uint64(1), fairOf(b).taken.Load(), "not taken from the masters' handoff")
+		assert.Equal(t, uint64(1), fairOf(b).Taken(), "not taken from the masters' handoff")
 		lease := b.lease(ttl)
 		assert.False(t, r.l.Until().After(released.Add(lease)), "the lease counts from after the keys were set")
 		assert.True(t, r.l.Until().After(released.Add(lease-b.cfg.fairTTL/3-time.Millisecond)), "the lease starts earlier than the latest attempt")
@@ -111,7 +112,7 @@ func TestHandedToWaiterThatLeft(t *testing.T) {
 		for _, s := range servers {
 			s.Set("lock:job", held.Token(), time.Minute)
 		}
-		count := driver.NewScript(queueLua + `local q = queue_of(KEYS[1]) return #redis.call('ZRANGE', q, 0, -1)`)
+		count := driver.NewScript(fair.QueueLua + `local q = queue_of(KEYS[1]) return #redis.call('ZRANGE', q, 0, -1)`)
 		everywhere := false
 		for range 30 {
 			everywhere = true
@@ -131,7 +132,7 @@ func TestHandedToWaiterThatLeft(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		// A waiter of another library, ahead of both, on masters 2-4.
-		ahead := driver.NewScript(queueLua + `local q, e, h = queue_of(KEYS[1])
+		ahead := driver.NewScript(fair.QueueLua + `local q, e, h = queue_of(KEYS[1])
 redis.call('ZADD', q, 1, ARGV[1])
 redis.call('ZADD', e, now_ms() + 60000, ARGV[1])
 redis.call('HSET', h, ARGV[1], 'other 60000')

@@ -4,34 +4,17 @@ import (
 	_ "embed"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
-// The Lua the lock sends, from scripts/. queue.lua is a prelude, prepended
-// to each script that touches a lock's wait queue: the queue's names and
-// what every release does are written there once.
+// The Lua the core sends, from scripts/. The wait policies' own scripts are
+// theirs (redlock/internal/plain, redlock/internal/fair).
 var (
-	//go:embed scripts/queue.lua
-	queueLua string
-
 	//go:embed scripts/release.lua
-	releaseLua    string
-	releaseScript = driver.NewScript(queueLua + releaseLua)
-
-	//go:embed scripts/handoff.lua
-	handoffLua    string
-	handoffScript = driver.NewScript(queueLua + handoffLua)
-
-	//go:embed scripts/fair_lock.lua
-	fairLockLua    string
-	fairLockScript = driver.NewScript(queueLua + fairLockLua)
-
-	//go:embed scripts/fair_undo.lua
-	fairUndoLua    string
-	fairUndoScript = driver.NewScript(queueLua + fairUndoLua)
-
-	//go:embed scripts/fair_leave.lua
-	fairLeaveLua    string
-	fairLeaveScript = driver.NewScript(queueLua + fairLeaveLua)
+	releaseLua string
+	// Every release hands the key to a fair queue's head when there is
+	// one: queue.lua, the fair policy's prelude, says how.
+	releaseScript = driver.NewScript(fair.QueueLua + releaseLua)
 
 	//go:embed scripts/extend.lua
 	extendLua    string

@@ -1,13 +1,11 @@
 package redlock
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"math/rand/v2"
 	"time"
 
 	"quorumlock.dev/internal/seam"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // The simulator's way in (package internal/seam): a client's clocks and
@@ -42,28 +40,6 @@ func (c *Client) stream() *rand.Rand {
 // monotonic clock and the one that counts suspend).
 func wallMicros() int64 { return time.Now().UnixMicro() }
 
-// randUint32 returns 32 random bits from r (nil: the process's source).
-func randUint32(r *rand.Rand) uint32 {
-	if r == nil {
-		return rand.Uint32()
-	}
-	return r.Uint32()
-}
-
 // newToken returns 128 random bits in hex: crypto/rand's, or the
 // simulator's from a stream of the call's own.
-func (c *Client) newToken() string { return newToken(c.stream()) }
-
-// newToken returns 128 random bits in hex from r (nil: crypto/rand).
-func newToken(r *rand.Rand) string {
-	var b [16]byte
-	if r == nil {
-		_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	} else {
-		binary.LittleEndian.PutUint64(b[:8], r.Uint64())
-		binary.LittleEndian.PutUint64(b[8:], r.Uint64())
-	}
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	return string(h[:])
-}
+func (c *Client) newToken() string { return wait.NewToken(c.stream()) }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/fair"
 )
 
 // switchMinter mints fences, or fails while fail is set.
@@ -39,7 +40,7 @@ type staleReleases struct {
 }
 
 func (s staleReleases) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
-	if script == handoffScript && len(args) > 4 {
+	if script == fair.HandoffScript && len(args) > 4 {
 		s.mu.Lock()
 		*s.removed = append(*s.removed, args[4:])
 		s.mu.Unlock()
@@ -81,7 +82,7 @@ func TestFailedTakeKeepsEntryVirtual(t *testing.T) {
 		minter.fail.Store(true)
 		require.NoError(t, holder.Unlock(ctx)) // passed on in-process; the take fails
 		synctest.Wait()
-		assert.EqualValues(t, 1, fairOf(c).passed.Load(), "the lock was not passed on in-process")
+		assert.EqualValues(t, 1, fairOf(c).Passed(), "the lock was not passed on in-process")
 		mu.Lock()
 		assert.Empty(t, removed, "a release removed the entry of a waiter still queued")
 		mu.Unlock()

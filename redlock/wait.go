@@ -13,7 +13,7 @@ import (
 // asks, and knows nothing of (package wait says what they agree on): the
 // plain one (package plain: read the holders, sleep until their keys
 // expire or their release is published, ask one master first when woken
-// with others), the fair one ([WithFairness], fair.go and handoff.go: queue
+// with others), the fair one ([WithFairness], package fair: queue
 // on the masters, pass the lock on within a client, hand it over between
 // clients), and polling (LockAll). docs/design.md ("Waiting for a held
 // lock", "Fair handoff") says why each is built as it is.

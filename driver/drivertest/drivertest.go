@@ -545,7 +545,7 @@ func testLock(t *testing.T, newConn NewConn) {
 			})
 			w.await(t, int64(i+1))
 			// The second takes its arrival stamp after the first is queued
-			// on the masters (redlock/scripts/queue.lua names the queue).
+			// on the masters (queue.lua in redlock/internal/fair/scripts names the queue).
 			queued(t, lockRaws, "lockqu:{lock:dt:fair}", int64(i+1))
 		}
 		require.NoError(t, holder.Unlock(ctx))

@@ -37,14 +37,14 @@ var allowed = map[string][]string{
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
 	"redlock/internal/push":  {"driver", "internal/bounded", "quorum"},
-	"redlock/internal/fair":  nil,
 	"redlock/internal/watch": {"driver", "clockdrift", "internal/bounded"},
 	"redlock/internal/retry": {"driver", "internal/bounded"},
 	"redlock/internal/node":  nil,
 	// The wait policies and what they agree on with the core: none of
 	// them knows redlock, or another policy.
-	"redlock/internal/wait":  {"quorum"},
+	"redlock/internal/wait":  {"driver", "quorum", "redlock/internal/push"},
 	"redlock/internal/plain": {"driver", "quorum", "redlock/internal/push", "redlock/internal/wait"},
+	"redlock/internal/fair":  {"driver", "fence", "internal/bugs", "quorum", "redlock/internal/push", "redlock/internal/wait"},
 	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.

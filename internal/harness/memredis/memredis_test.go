@@ -111,7 +111,7 @@ func shippedScripts(t *testing.T) [][]step {
 		require.NoError(t, err)
 		return string(b)
 	}
-	queue := read("redlock/scripts/queue.lua")
+	queue := read("redlock/internal/fair/scripts/queue.lua")
 	release, extend := queue+read("redlock/scripts/release.lua"), read("redlock/scripts/extend.lua")
 	all, holder := read("redlock/scripts/acquire_all.lua"), read("redlock/scripts/holder.lua")
 	guard, seed := read("fence/scripts/guardset.lua"), read("fence/scripts/seed.lua")

@@ -16,7 +16,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -28,25 +27,12 @@ import (
 
 // Core is what the policy asks of the lock's core, for locks of type L.
 type Core[L Lock] interface {
-	Masters() int
-	Quorum() int
-	NodeTimeout() time.Duration
-	Hub() *push.Hub
-	// Stream is a random stream of a call's own (nil: the process's).
-	Stream() *rand.Rand
-	WaitConfig() wait.Config
+	wait.Core[L]
 	// Probeable reports a master fit to be asked first: its last call
 	// got a reply and its votes count.
 	Probeable(i int) bool
-	// NewLock is a lock on resource with a new token drawn from rnd, for
-	// an attempt.
-	NewLock(resource string, rnd *rand.Rand) L
-	// Attempt is one round on l's keys, asked by a (nil: SET NX).
-	Attempt(ctx context.Context, l L, ttl time.Duration, a wait.Asker[L]) (L, *quorum.Round, error)
 	// SetNX is master i's call of a plain attempt on l.
 	SetNX(ctx context.Context, i int, l L, ttl time.Duration) (bool, error)
-	// Call is a call to master i through its breaker.
-	Call(ctx context.Context, i int, f func(context.Context, driver.Conn) error) error
 	// Holders is who holds key on each master that refused round, each
 	// read bounded by the node timeout (OK false: not read).
 	Holders(ctx context.Context, round *quorum.Round, key string) []push.Holder
@@ -97,7 +83,7 @@ type waiter[L Lock] struct {
 
 func (p *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
 	c := p.c
-	l := c.NewLock(p.Resource, p.Rnd)
+	l := c.NewLock(p.Resource, wait.NewToken(p.Rnd))
 	var a *probeAsk[L]
 	if c.Masters() >= 3 && (p.w != nil || c.Hub().Subscribed("lock:"+p.Resource)) {
 		// Waiting on a holder, with the other waiters its release

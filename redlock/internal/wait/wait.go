@@ -13,12 +13,18 @@ package wait
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // ErrNotAsked is the call of a master that an attempt did not make: its
@@ -26,6 +32,25 @@ import (
 // before it answered). It says nothing of the master: no vote, no outage,
 // nothing to release.
 var ErrNotAsked = errors.New("redlock: not asked")
+
+// Core is what every policy asks of the lock's core, for locks of type L;
+// each policy's own Core adds what only it needs.
+type Core[L any] interface {
+	Masters() int
+	Quorum() int
+	NodeTimeout() time.Duration
+	// Hub is the client's subscriptions, which wake waiters.
+	Hub() *push.Hub
+	// Stream is a random stream of a call's own (nil: the process's).
+	Stream() *rand.Rand
+	WaitConfig() Config
+	// NewLock is a lock on resource with token, not held yet.
+	NewLock(resource, token string) L
+	// Attempt is one round on l's keys, asked by a (nil: SET NX).
+	Attempt(ctx context.Context, l L, ttl time.Duration, a Asker[L]) (L, *quorum.Round, error)
+	// Call is a call to master i through its breaker.
+	Call(ctx context.Context, i int, f func(context.Context, driver.Conn) error) error
+}
 
 // A Policy is a Client's way of waiting, chosen once by New.
 type Policy[L any] interface {
@@ -69,6 +94,13 @@ type Asker[L any] interface {
 	// Unasked reports a master whose call in round says nothing of it,
 	// whatever the round recorded: the asker never made it.
 	Unasked(round *quorum.Round, i int) bool
+}
+
+// Script is a script with its arguments, for a lock's keys: what a policy
+// has the core run instead of its own release.
+type Script struct {
+	Script *driver.Script
+	Args   []any
 }
 
 // Config is what a waiter's Base reads of its client.
@@ -241,4 +273,60 @@ func RandN(r *rand.Rand, d time.Duration) time.Duration {
 		return rand.N(d)
 	}
 	return time.Duration(r.Int64N(int64(d)))
+}
+
+// EvalInt runs script on m and reads an integer reply.
+func EvalInt(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) (int64, error) {
+	v, err := m.Eval(ctx, script, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("%w: %v (%T) from a script that returns an integer", driver.ErrUnexpectedReply, v, v)
+	}
+	return n, nil
+}
+
+// EvalSlice runs script on m and reads an array reply.
+func EvalSlice(ctx context.Context, m driver.Conn, script *driver.Script, keys []string, args ...any) ([]any, error) {
+	v, err := m.Eval(ctx, script, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	vals, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %v (%T) from a script that returns an array", driver.ErrUnexpectedReply, v, v)
+	}
+	return vals, nil
+}
+
+// Refused reports whether master i's call in round returned a refusal,
+// in the round or after it was decided.
+func Refused(round *quorum.Round, i int) bool {
+	agreed, err, ok := round.Returned(i)
+	return ok && !agreed && err == nil
+}
+
+// RandUint32 returns 32 random bits from r (nil: the process's source).
+func RandUint32(r *rand.Rand) uint32 {
+	if r == nil {
+		return rand.Uint32()
+	}
+	return r.Uint32()
+}
+
+// NewToken returns 128 random bits in hex from r (nil: crypto/rand): the
+// token that marks a holder's keys.
+func NewToken(r *rand.Rand) string {
+	var b [16]byte
+	if r == nil {
+		_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	} else {
+		binary.LittleEndian.PutUint64(b[:8], r.Uint64())
+		binary.LittleEndian.PutUint64(b[8:], r.Uint64())
+	}
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }

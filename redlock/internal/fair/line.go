@@ -1,13 +1,14 @@
-// Package fair is the in-process half of the fair wait policy: one
-// Client's queued waiters, by lock key, in the order of their arrival
-// stamps, and what its releases may do with them: pick the first waiter to
-// hand the lock to, and decide whether the lock may pass to it in-process
-// with no round (it is ahead of every other client's waiter) or must go
-// through the masters. All of it is one type under one mutex, like
-// golang.org/x/sync/semaphore's waiter list. It does not call the masters:
-// the caller runs the queue scripts and the handoff rounds, and L is the
-// lock it hands over.
 package fair
+
+// The in-process half of the fair policy: one Client's queued waiters, by
+// lock key, in the order of their arrival stamps, and what its releases may
+// do with them: pick the first waiter to hand the lock to, and decide
+// whether the lock may pass to it in-process with no round (it is ahead of
+// every other client's waiter) or must go through the masters. All of it
+// is one type under one mutex, like golang.org/x/sync/semaphore's waiter
+// list. It does not call the masters: the policy (policy.go, handoff.go)
+// runs the queue scripts and the handoff rounds, and L is the lock it
+// hands over.
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redlock
+package fair
 
 import (
 	"context"
@@ -16,12 +16,11 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/fence"
 	"quorumlock.dev/quorum"
-	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/wait"
 )
 
-// The fair wait policy ([WithFairness]): a Lock call that lost its first
+// The fair wait policy: a Lock call that lost its first
 // attempt becomes a queued waiter. It takes an arrival stamp (the client's
 // wall clock in µs and a random tiebreak, one value for every master) and
 // from then on attempts with scripts/fair_lock.lua, which enqueues it on
@@ -30,33 +29,55 @@ import (
 // it, so a releaser that locks again at once queues behind those already
 // waiting. The stamp only orders waiters: mutual exclusion still comes
 // from the key set on a majority. The client's own waiters stand in its
-// fair.Line, and Unlock hands the lock to them (handoff.go);
-// docs/design.md ("Fair handoff") says why it is built this way.
+// Line, and Unlock hands the lock to them (handoff.go).
 
 // reserved is the lock key's value while a release hands it to the
 // queue's head; no token equals it.
 const reserved = "q"
 
-// fairPolicy is a Client with [WithFairness].
-type fairPolicy struct {
-	c       *Client
-	line    fair.Line[*Lock] // fair waiters that a release may hand the lock to
-	handed  atomic.Uint64    // locks handed to a waiter of this client by its releases' rounds
-	taken   atomic.Uint64    // locks a waiter of this client took from handoffs pushed by the masters (takePushed)
-	passed  atomic.Uint64    // ... and without a round (see passOn)
-	tag     string           // 8 hex digits in the ids of this client's queued waiters
-	stamped atomic.Int64     // the last arrival stamp given (see stamp)
-	entry   time.Duration    // the TTL of a waiter's queue entry (WithFairness)
+// Policy is a Client with WithFairness.
+type Policy[L Lock] struct {
+	c       Core[L]
+	line    Line[L]       // fair waiters that a release may hand the lock to
+	handed  atomic.Uint64 // locks handed to a waiter of this client by its releases' rounds
+	taken   atomic.Uint64 // locks a waiter of this client took from handoffs pushed by the masters (takePushed)
+	passed  atomic.Uint64 // ... and without a round (see passOn)
+	tag     string        // 8 hex digits in the ids of this client's queued waiters
+	stamped atomic.Int64  // the last arrival stamp given (see stamp)
+	entry   time.Duration // the TTL of a waiter's queue entry (WithFairness)
+	errs    Errors
 }
 
-func newFairPolicy(c *Client, tag string, wall func() int64) *fairPolicy {
-	p := &fairPolicy{c: c, tag: tag, entry: c.cfg.fairTTL}
-	p.line.Wall = wall
+// New is the fair policy of core c.
+func New[L Lock](c Core[L], cfg Config) *Policy[L] {
+	p := &Policy[L]{c: c, tag: cfg.Tag, entry: cfg.Entry, errs: cfg.Errors}
+	p.line.Wall = cfg.Wall
 	return p
 }
 
-func (p *fairPolicy) Join(ctx context.Context, resource string, ttl time.Duration) (wait.Waiter[*Lock], error) {
-	f := &fairWait{Base: p.c.newBase(resource, ttl), c: p.c, p: p}
+// Handed, Taken and Passed count the locks given to this client's
+// waiters: by its releases' handoff rounds, from handoffs the masters
+// pushed, and in-process without a round.
+func (p *Policy[L]) Handed() uint64 { return p.handed.Load() }
+func (p *Policy[L]) Taken() uint64  { return p.taken.Load() }
+func (p *Policy[L]) Passed() uint64 { return p.passed.Load() }
+
+// Inspect reports fn of this client's waiters listed on key, in line order
+// (for tests).
+func (p *Policy[L]) Inspect(key string, fn func([]State) bool) bool { return p.line.Inspect(key, fn) }
+
+// Stale is the queue entries that l's release removes, left behind by the
+// waiters a chain of passes in-process went through (nil: none).
+func (p *Policy[L]) Stale(l L) []string {
+	if ch := p.chainOf(l); ch != nil {
+		return ch.stale
+	}
+	return nil
+}
+
+func (p *Policy[L]) Join(ctx context.Context, resource string, ttl time.Duration) (wait.Waiter[L], error) {
+	cfg := p.c.WaitConfig()
+	f := &waiter[L]{Base: wait.Base[L]{Config: cfg, Resource: resource, TTL: ttl, Rnd: p.c.Stream()}, c: p.c, p: p}
 	return f, f.queueBehindOurs(ctx)
 }
 
@@ -64,11 +85,12 @@ func (p *fairPolicy) Join(ctx context.Context, resource string, ttl time.Duratio
 // there is one: in-process when it is covered and most of the lease is
 // left (passOn), else in a handoff round (handOff). A lock that had ended
 // is released as usual, and the waiter then tries in a round of its own.
-func (p *fairPolicy) Unlock(ctx context.Context, l *Lock, until time.Time, untilBoot time.Duration, lost error) (bool, func(), error) {
-	if len(l.keys) != 1 {
-		return false, nil, nil
+func (p *Policy[L]) Unlock(ctx context.Context, l L, until time.Time, untilBoot time.Duration, lost error) (bool, func(), error) {
+	keys := p.c.Keys(l)
+	if len(keys) != 1 {
+		return false, nil, nil // a lock on several resources: never queued
 	}
-	q, covered, lazy := p.line.Pick(l.key)
+	q, covered, lazy := p.line.Pick(keys[0])
 	switch {
 	case q == nil:
 		return false, nil, nil
@@ -77,7 +99,7 @@ func (p *fairPolicy) Unlock(ctx context.Context, l *Lock, until time.Time, until
 		// nothing of it is passed on. A plain release, then q tries in a
 		// round of its own.
 		return false, func() { p.line.Unpick(q) }, nil
-	case covered && p.passable(q, until, untilBoot): // never a waiter that Claimed (fair.Line.Pick)
+	case covered && p.passable(q, until, untilBoot): // never a waiter that Claimed (Line.Pick)
 		return true, nil, p.passOn(ctx, l, q, until, untilBoot)
 	case lazy:
 		// No entry of q's for the masters to hand the key to: a plain
@@ -87,25 +109,25 @@ func (p *fairPolicy) Unlock(ctx context.Context, l *Lock, until time.Time, until
 	return true, nil, p.handOff(ctx, l, q)
 }
 
-// fairWait is one Lock call of the fair policy. Its first attempt is a
+// waiter is one Lock call of the fair policy. Its first attempt is a
 // plain one (SET NX), unless waiters of its client are queued already;
 // the first loss to a holder queues it.
-type fairWait struct {
-	wait.Base[*Lock]
-	c       *Client
-	p       *fairPolicy
+type waiter[L Lock] struct {
+	wait.Base[L]
+	c       Core[L]
+	p       *Policy[L]
 	w       *push.Waiter // nil until queued: an uncontended Lock pays nothing
-	q       *queued      // nil until then too
-	grant   <-chan *Lock // where a release of this client hands us the lock
-	handed  *Lock        // one it handed us, not taken yet
-	took    *Lock        // the lock this call returns
+	q       *queued[L]   // nil until then too
+	grant   <-chan L     // where a release of this client hands us the lock
+	handed  L            // one it handed us, not taken yet (zero: none)
+	took    L            // the lock this call returns (zero: none yet)
 	won     *quorum.Round
-	attempt *fairReplies // what the masters said in the latest queued attempt (nil: none made)
+	attempt *replies // what the masters said in the latest queued attempt (nil: none made)
 }
 
 // queued is one Lock call that waits in the masters' queues.
-type queued struct {
-	*fair.Waiter[*Lock]
+type queued[L Lock] struct {
+	*Waiter[L]
 	wake   chan struct{} // the push waiter's: try again at once
 	keys   []string      // the lock key
 	ttlMS  int64         // the entry's TTL
@@ -128,22 +150,22 @@ type queuedAttempt struct {
 }
 
 // token is the token of q's next attempt.
-func (q *queued) token() string {
+func (q *queued[L]) token() string {
 	q.tries++
 	return q.prefix + "." + strconv.FormatUint(q.tries, 16)
 }
 
-// fairReplies is what fair_lock.lua said on each master in one attempt.
+// replies is what fair_lock.lua said on each master in one attempt.
 // Calls that outlive their round write after it was read: they are dropped.
-type fairReplies struct {
+type replies struct {
 	mu      sync.Mutex
 	r       []push.Holder
-	foreign []int64 // the stamp of the first waiter of another client queued (fair.NoForeign: none)
+	foreign []int64 // the stamp of the first waiter of another client queued (NoForeign: none)
 	over    bool
-	claim   string // "1": the attempt writes its entry's claim (fair.Line.Claims); "": it removes one
+	claim   string // "1": the attempt writes its entry's claim (Line.Claims); "": it removes one
 }
 
-func (f *fairReplies) set(i int, r push.Holder, foreign int64) {
+func (f *replies) set(i int, r push.Holder, foreign int64) {
 	f.mu.Lock()
 	if !f.over {
 		f.r[i], f.foreign[i] = r, foreign
@@ -152,28 +174,29 @@ func (f *fairReplies) set(i int, r push.Holder, foreign int64) {
 }
 
 // read ends the attempt's replies: later calls are dropped.
-func (f *fairReplies) read() ([]push.Holder, []int64) {
+func (f *replies) read() ([]push.Holder, []int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.over = true
 	return f.r, f.foreign
 }
 
-// Try takes a lock handed to us, or else makes an attempt (see waiter).
-func (f *fairWait) Try(ctx context.Context) (*Lock, *quorum.Round, error, bool) {
+// Try takes a lock handed to us, or else makes an attempt (see wait.Waiter).
+func (f *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
+	var none L
 	p, q := f.p, f.q
-	if f.handed == nil && f.grant != nil {
+	if f.handed == none && f.grant != nil {
 		select {
 		case f.handed = <-f.grant:
 		default:
 		}
 	}
-	if h := f.handed; h != nil {
-		f.handed = nil
+	if h := f.handed; h != none {
+		f.handed = none
 		l, err := f.take(ctx, h)
 		if err == nil {
-			f.took, f.won = l, l.round
-			if passedOn(l) || p.line.Raced(q.Waiter) {
+			f.took, f.won = l, f.c.Round(l)
+			if p.passedOn(l) || p.line.Raced(q.Waiter) {
 				// Our entry is still queued (a lock passed on removes
 				// none), or may be back where the handoff removed it.
 				f.won = nil
@@ -181,39 +204,39 @@ func (f *fairWait) Try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 			return l, nil, nil, true
 		}
 		if errors.Is(err, fence.ErrCounterRegressed) {
-			return nil, nil, err, true
+			return none, nil, err, true
 		}
 	}
 	if q == nil {
 		// Not queued yet: a plain attempt, which takes a free key.
-		l, round, err := f.c.attemptLock(ctx, newLock(f.c, f.Resource, newToken(f.Rnd)), f.TTL, nil)
+		l, round, err := f.c.Attempt(ctx, f.c.NewLock(f.Resource, wait.NewToken(f.Rnd)), f.TTL, nil)
 		if err == nil {
-			f.took, f.won = l, l.round
+			f.took, f.won = l, f.c.Round(l)
 		}
 		return l, round, err, true
 	}
 	if l, err, ok := f.takePushed(ctx); ok {
 		if err == nil {
-			f.took, f.won = l, l.round
+			f.took, f.won = l, f.c.Round(l)
 		}
 		return l, nil, err, true
 	}
 	q.pushed = p.readyQueued(ctx, f.w)
 	if !p.line.Attempting(q.Waiter, true, false) {
 		f.handed = <-q.Grant // passed to us since the check above
-		return nil, nil, nil, false
+		return none, nil, nil, false
 	}
-	l := newLock(f.c, f.Resource, q.token())
-	f.w.SetOwn(l.token)
-	a := &queuedAsk{f: f}
-	l, round, err := f.c.attemptLock(ctx, l, f.TTL, a)
+	l := f.c.NewLock(f.Resource, q.token())
+	f.w.SetOwn(l.Token())
+	a := &queuedAsk[L]{f: f}
+	l, round, err := f.c.Attempt(ctx, l, f.TTL, a)
 	f.attempt = a.rep
 	p.line.Attempting(q.Waiter, false, round != nil && round.Count(quorum.Pending) > 0)
 	// Our entry is on the masters now: a release may hand us the lock.
 	p.line.List(q.Waiter)
 	f.grant = q.Grant
 	if err == nil {
-		f.took, f.won = l, l.round
+		f.took, f.won = l, f.c.Round(l)
 	}
 	return l, round, err, true
 }
@@ -221,64 +244,67 @@ func (f *fairWait) Try(ctx context.Context) (*Lock, *quorum.Round, error, bool) 
 // queuedAsk is one queued attempt of f (a wait.Asker). Its replies are its
 // own: calls that outlive the round write there, never into the next
 // attempt's.
-type queuedAsk struct {
-	f   *fairWait
-	rep *fairReplies
+type queuedAsk[L Lock] struct {
+	f   *waiter[L]
+	rep *replies
 }
 
-// Prepare readies the attempt on l: whether it writes its entry's claim,
+// Prepare readies the attempt: whether it writes its entry's claim,
 // decided under the line's mutex with the picks of this client's releases
-// (fair.Line.Claims).
-func (a *queuedAsk) Prepare(l *Lock, _ time.Duration) {
-	n := len(a.f.c.masters)
-	a.rep = &fairReplies{r: make([]push.Holder, n), foreign: make([]int64, n)}
+// (Line.Claims).
+func (a *queuedAsk[L]) Prepare(L, time.Duration) {
+	n := a.f.c.Masters()
+	a.rep = &replies{r: make([]push.Holder, n), foreign: make([]int64, n)}
 	if a.f.p.line.Claims(a.f.q.Waiter) { // marks q Claimed
 		a.rep.claim = "1"
 	}
-	l.refusedClean = true
 }
 
 // Ask is master i's call of the attempt: true when the key is ours.
-func (a *queuedAsk) Ask(ctx context.Context, i int, l *Lock, ttl time.Duration) (bool, error) {
+func (a *queuedAsk[L]) Ask(ctx context.Context, i int, l L, ttl time.Duration) (bool, error) {
 	f, q, rep := a.f, a.f.q, a.rep
-	return call(f.c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
-		vals, err := evalSlice(ctx, m, fairLockScript, q.keys, l.token, ttl.Milliseconds(), q.ID, q.At, q.ttlMS, f.p.tag, q.prefix, rep.claim)
+	var set bool
+	err := f.c.Call(ctx, i, func(ctx context.Context, m driver.Conn) error {
+		vals, err := wait.EvalSlice(ctx, m, LockScript, q.keys, l.Token(), ttl.Milliseconds(), q.ID, q.At, q.ttlMS, f.p.tag, q.prefix, rep.claim)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if len(vals) == 1 && vals[0] == int64(1) {
-			return true, nil
+			set = true
+			return nil
 		}
 		if len(vals) != 4 {
-			return false, fmt.Errorf("redlock: fair lock script replied %v", vals)
+			return fmt.Errorf("%w: %v from the fair lock script", driver.ErrUnexpectedReply, vals)
 		}
 		foreign, err := foreignStamp(vals[3])
 		if err != nil {
-			return false, err
+			return err
 		}
 		rep.set(i, push.HolderOf(vals[1], vals[2]), foreign)
-		return false, nil
+		return nil
 	})
+	return set, err
 }
 
 // Asked keeps the attempt that round decided: the masters that refused it
-// may hand the key to its token later (takePushed). Lost, it is undone
-// with its entry put back where it took the key (fair_undo.lua).
-func (a *queuedAsk) Asked(l *Lock, round *quorum.Round, start time.Time, boot time.Duration) {
+// may hand the key to its token later (takePushed). Lost, its refusals set
+// nothing, and where it won it is undone with its entry put back where it
+// took the key (fair_undo.lua).
+func (a *queuedAsk[L]) Asked(l L, round *quorum.Round, start time.Time, boot time.Duration) {
 	q := a.f.q
-	q.latest = queuedAttempt{token: l.token, ttl: l.ttl, start: start, boot: boot, round: round}
-	l.undo = &scriptCall{fairUndoScript, []any{l.token, q.ID, q.At, q.ttlMS}}
+	q.latest = queuedAttempt{token: l.Token(), ttl: a.f.c.TTL(l), start: start, boot: boot, round: round}
+	a.f.c.Queued(l, wait.Script{Script: UndoScript, Args: []any{l.Token(), q.ID, q.At, q.ttlMS}})
 }
 
 // Unasked: a queued attempt asks every master.
-func (a *queuedAsk) Unasked(*quorum.Round, int) bool { return false }
+func (a *queuedAsk[L]) Unasked(*quorum.Round, int) bool { return false }
 
 // Sleep waits after a lost attempt (see wait.Waiter): the first loss to a
 // holder queues the call and returns at once, for its first queued
 // attempt; later ones sleep as planQueued says, or until a lock is handed
 // to us.
-func (f *fairWait) Sleep(ctx context.Context, round *quorum.Round, err error, held bool) error {
-	wait := f.Poll()
+func (f *waiter[L]) Sleep(ctx context.Context, round *quorum.Round, err error, held bool) error {
+	pause := f.Poll()
 	var wake <-chan struct{}
 	if round != nil && held {
 		key := "lock:" + f.Resource
@@ -287,11 +313,12 @@ func (f *fairWait) Sleep(ctx context.Context, round *quorum.Round, err error, he
 			f.q = f.p.enqueue(key, f.TTL, f.w, f.Rnd)
 			return nil // the first queued attempt enqueues us, now
 		}
-		wait = f.p.planQueued(f.w, round, f.q, f.attempt, wait, f.Rnd)
+		pause = f.p.planQueued(f.w, round, f.q, f.attempt, pause, f.Rnd)
 		wake = f.w.Wake()
 	}
-	h, err := f.Rest(ctx, wait, wake, f.grant, nil, false, err)
-	if h != nil {
+	h, err := f.Rest(ctx, pause, wake, f.grant, nil, false, err)
+	var none L
+	if h != none {
 		f.handed = h
 	}
 	return err
@@ -300,11 +327,12 @@ func (f *fairWait) Sleep(ctx context.Context, round *quorum.Round, err error, he
 // End undoes what waiting made: a lock handed to us and not taken is
 // freed, the subscriptions left, and for a queued call its place in this
 // client's line and on the masters given up.
-func (f *fairWait) End(ctx context.Context) {
+func (f *waiter[L]) End(ctx context.Context) {
+	var none L
 	p, q := f.p, f.q
-	if f.handed != nil {
-		f.handed.abandonHanded(ctx, nil)
-		f.handed = nil
+	if f.handed != none {
+		f.c.Abandon(ctx, f.handed, nil)
+		f.handed = none
 	}
 	f.Stop()
 	if f.w != nil {
@@ -313,13 +341,13 @@ func (f *fairWait) End(ctx context.Context) {
 	if q == nil {
 		return
 	}
-	if left := p.line.Unlist(q.Waiter, f.took); left != nil {
-		left.abandonHanded(ctx, nil)
+	if left := p.line.Unlist(q.Waiter, f.took); left != none {
+		f.c.Abandon(ctx, left, nil)
 	}
-	if f.took == nil || !passedOn(f.took) {
+	if f.took == none || !p.passedOn(f.took) {
 		token := ""
-		if f.took != nil {
-			token = f.took.token
+		if f.took != none {
+			token = f.took.Token()
 		}
 		p.dequeue(ctx, q, f.won, token) // a lock passed on carries our entry in its stale list
 	}
@@ -333,16 +361,14 @@ func (f *fairWait) End(ctx context.Context) {
 // release would remove the entry of a waiter still queued, and delete the
 // key its next attempt sets (found by the simulator: a lock held on two
 // masters of five; TestFailedTakeKeepsEntryVirtual).
-func (f *fairWait) take(ctx context.Context, l *Lock) (*Lock, error) {
-	c := f.c
-	if c.cfg.minter != nil {
-		if err := c.mint(ctx, l, l.until); err != nil {
-			if ch := chainOf(l); ch != nil && f.q != nil {
-				setStale(l, slices.DeleteFunc(slices.Clone(ch.stale), func(e string) bool { return e == f.q.Entry }))
-			}
-			l.abandonHanded(ctx, nil)
-			return nil, err
+func (f *waiter[L]) take(ctx context.Context, l L) (L, error) {
+	if err := f.c.Mint(ctx, l, f.p.until(l)); err != nil {
+		if ch := f.p.chainOf(l); ch != nil && f.q != nil {
+			f.p.setStale(l, slices.DeleteFunc(slices.Clone(ch.stale), func(e string) bool { return e == f.q.Entry }))
 		}
+		f.c.Abandon(ctx, l, nil)
+		var none L
+		return none, err
 	}
 	return l, nil
 }
@@ -358,11 +384,11 @@ func (f *fairWait) take(ctx context.Context, l *Lock) (*Lock, error) {
 // plain SET NX would, and on a resource others take turns on it saves the
 // plain round that would only lose (with clients that each run one
 // goroutine, one round in every two a section cost).
-func (f *fairWait) queueBehindOurs(ctx context.Context) error {
-	p, c := f.p, f.c
+func (f *waiter[L]) queueBehindOurs(ctx context.Context) error {
+	p := f.p
 	key := "lock:" + f.Resource
 	ours := p.line.WaitedOn(key)
-	if !ours && !c.push.Subscribed(key) {
+	if !ours && !f.c.Hub().Subscribed(key) {
 		return nil
 	}
 	f.w = p.joinWait(key)
@@ -375,7 +401,7 @@ func (f *fairWait) queueBehindOurs(ctx context.Context) error {
 	f.grant = f.q.Grant
 	h, ok, err := p.line.AwaitTurn(ctx, f.q.Waiter, f.q.wake, p.entry/3)
 	if err != nil {
-		return errors.Join(ErrNotAcquired, err)
+		return errors.Join(p.errs.NotAcquired, err)
 	}
 	if ok {
 		f.handed = h
@@ -393,73 +419,63 @@ func (f *fairWait) queueBehindOurs(ctx context.Context) error {
 // is (docs/design.md, "Handoff between clients"). Too little of the lease
 // left, too few masters: the next attempt takes the handed keys over
 // (fair_lock.lua).
-func (f *fairWait) takePushed(ctx context.Context) (l *Lock, err error, ok bool) {
+func (f *waiter[L]) takePushed(ctx context.Context) (l L, err error, ok bool) {
 	c, q := f.c, f.q
 	a := q.latest
 	if a.round == nil {
-		return nil, nil, false
+		return l, nil, false
 	}
 	f.w.Handed(q.handed)
 	var agreed []bool // the masters that count
 	n := 0
 	for i, t := range q.handed {
-		if t == a.token && refused(a.round, i) && !c.watcher.Quarantined(i) {
+		if t == a.token && wait.Refused(a.round, i) && !c.Quarantined(i) {
 			if agreed == nil {
-				agreed = make([]bool, len(c.masters))
+				agreed = make([]bool, c.Masters())
 			}
 			agreed[i] = true
 			n++
 		}
 	}
-	if n < c.quorum {
-		return nil, nil, false
+	if n < c.Quorum() {
+		return l, nil, false
 	}
-	lease := c.lease(a.ttl)
+	lease := c.Lease(a.ttl)
 	deadline, untilBoot := a.start.Add(lease), a.boot+lease
-	now, boot := c.clock.now()
+	now, boot := c.Now()
 	if left := min(deadline.Sub(now), untilBoot-boot); left < lease/4*3 {
-		return nil, nil, false
+		return l, nil, false
 	}
 	q.latest = queuedAttempt{}
-	l = newLock(c, f.Resource, a.token)
-	l.round, l.untilBoot, l.ttl = quorum.Settled(agreed), untilBoot, a.ttl
-	if c.cfg.minter != nil {
-		if err := c.mint(ctx, l, deadline); err != nil {
-			c.abandon(ctx, l.round, l)
-			return nil, err, true
-		}
+	l = c.NewLock(f.Resource, a.token)
+	c.Hold(l, quorum.Settled(agreed), deadline, untilBoot, a.ttl)
+	if err := c.Mint(ctx, l, deadline); err != nil {
+		c.AbandonRound(ctx, l)
+		var none L
+		return none, err, true
 	}
-	l.until = deadline
 	f.p.taken.Add(1)
-	if attempted := c.cfg.hooks.Attempted; attempted != nil {
-		now, _ := c.clock.now()
-		attempted(now.Sub(a.start), deadline.Sub(now), nil)
-	}
+	now, _ = c.Now()
+	c.Attempted(now.Sub(a.start), deadline.Sub(now))
 	return l, nil, true
-}
-
-// refused reports whether master i's call in round returned a refusal.
-func refused(round *quorum.Round, i int) bool {
-	agreed, err, ok := round.Returned(i)
-	return ok && !agreed && err == nil
 }
 
 // enqueue makes the queued state of a Lock call on key for ttl, woken by
 // w. The queue's names are scripts/queue.lua's, derived on the masters.
-func (p *fairPolicy) enqueue(key string, ttl time.Duration, w *push.Waiter, rnd *rand.Rand) *queued {
+func (p *Policy[L]) enqueue(key string, ttl time.Duration, w *push.Waiter, rnd *rand.Rand) *queued[L] {
 	c := p.c
 	now := p.stamp()
-	id := fmt.Sprintf("%014x%s%08x", now, p.tag, randUint32(rnd))
-	w.SetID(id, len(c.masters), c.quorum, push.HandoffChannel(key, p.tag))
+	id := fmt.Sprintf("%014x%s%08x", now, p.tag, wait.RandUint32(rnd))
+	w.SetID(id, c.Masters(), c.Quorum(), push.HandoffChannel(key, p.tag))
 	wake := w.Wake()
-	prefix := newToken(rnd)
-	q := &queued{
-		Waiter: fair.NewWaiter[*Lock](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
+	prefix := wait.NewToken(rnd)
+	q := &queued[L]{
+		Waiter: NewWaiter[L](id, now, key, ttl.Truncate(time.Millisecond), func() { push.Signal(wake) }),
 		wake:   wake,
 		keys:   []string{key},
 		ttlMS:  p.entry.Milliseconds(),
 		prefix: prefix,
-		handed: make([]string, len(c.masters)),
+		handed: make([]string, c.Masters()),
 	}
 	q.Entry = id + " " + prefix
 	return q
@@ -469,7 +485,7 @@ func (p *fairPolicy) enqueue(key string, ttl time.Duration, w *push.Waiter, rnd 
 // stamp this client gave before, so that its waiters line up in the order
 // they arrived even when the clock gives two of them the same µs (a tie
 // would go to the random part of the ids).
-func (p *fairPolicy) stamp() int64 {
+func (p *Policy[L]) stamp() int64 {
 	for {
 		last := p.stamped.Load()
 		now := max(p.line.Wall(), last+1)
@@ -481,20 +497,20 @@ func (p *fairPolicy) stamp() int64 {
 
 // joinWait registers a waiter on key's channel and on its handoff channel,
 // which enqueue names: both go in one SUBSCRIBE.
-func (p *fairPolicy) joinWait(key string) *push.Waiter {
-	return p.c.push.JoinQueued(key, push.HandoffChannel(key, p.tag))
+func (p *Policy[L]) joinWait(key string) *push.Waiter {
+	return p.c.Hub().JoinQueued(key, push.HandoffChannel(key, p.tag))
 }
 
 // foreignStamp reads fair_lock.lua's fourth reply: the arrival stamp of the
 // first waiter of another client queued, in hex µs, or "" for none
-// (fair.NoForeign).
+// (NoForeign).
 func foreignStamp(v any) (int64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("redlock: fair lock script replied %v for the first foreign waiter", v)
+		return 0, fmt.Errorf("%w: %v for the first foreign waiter from the fair lock script", driver.ErrUnexpectedReply, v)
 	}
 	if s == "" {
-		return fair.NoForeign, nil
+		return NoForeign, nil
 	}
 	n, err := strconv.ParseInt(s, 16, 64)
 	if err != nil {
@@ -507,32 +523,33 @@ func foreignStamp(v any) (int64, error) {
 
 // readyQueued prepares w for a queued attempt: any release from now on
 // wakes it; it reports whether a release on a majority reaches it.
-func (p *fairPolicy) readyQueued(ctx context.Context, w *push.Waiter) bool {
+func (p *Policy[L]) readyQueued(ctx context.Context, w *push.Waiter) bool {
 	c := p.c
 	w.Drain()
 	w.SetHolder("")
 	w.Expect(0)
-	w.Expect(c.quorum) // until planQueued knows better
-	return w.Listening(ctx, c.quorum, c.cfg.nodeTimeout)
+	w.Expect(c.Quorum()) // until planQueued knows better
+	return w.Listening(ctx, c.Quorum(), c.NodeTimeout())
 }
 
-// planQueued is plan for a queued waiter, from the replies rep of its
-// attempt: it sleeps until the key may be free for it, a release that
-// names it the head wakes it, and it wakes in time to refresh its entry.
-func (p *fairPolicy) planQueued(w *push.Waiter, round *quorum.Round, q *queued, rep *fairReplies, poll time.Duration, rnd *rand.Rand) time.Duration {
+// planQueued is the plain policy's plan for a queued waiter, from the
+// replies rep of its attempt: it sleeps until the key may be free for it,
+// a release that names it the head wakes it, and it wakes in time to
+// refresh its entry.
+func (p *Policy[L]) planQueued(w *push.Waiter, round *quorum.Round, q *queued[L], rep *replies, poll time.Duration, rnd *rand.Rand) time.Duration {
 	c := p.c
 	replies, foreigns := rep.read()
-	answered, foreign := 0, int64(fair.NoForeign)
+	answered, foreign := 0, int64(NoForeign)
 	for i, r := range replies {
 		if r.OK {
 			answered++
 			foreign = min(foreign, foreigns[i])
 		}
 	}
-	if answered >= c.quorum {
+	if answered >= c.Quorum() {
 		p.line.Observe(q.Waiter, foreign)
 	}
-	free, known, holder := push.WakeAfter(round, replies, c.quorum)
+	free, known, holder := push.WakeAfter(round, replies, c.Quorum())
 	w.SetHolder(holder)
 	// The masters held by a token must publish its release; a majority is
 	// free once all but n-quorum of them did.
@@ -542,7 +559,7 @@ func (p *fairPolicy) planQueued(w *push.Waiter, round *quorum.Round, q *queued, 
 			held++
 		}
 	}
-	w.Expect(max(held-(len(c.masters)-c.quorum), 1))
+	w.Expect(max(held-(c.Masters()-c.Quorum()), 1))
 	refresh := p.entry / 3
 	if !known {
 		return min(poll, refresh)
@@ -560,8 +577,8 @@ func (p *fairPolicy) planQueued(w *push.Waiter, round *quorum.Round, q *queued, 
 // agreed. A key that a release handed to one of q's tokens there is
 // released too, unless it holds token, the lock's: that one goes with
 // the lock. An entry that a late call adds again expires.
-func (p *fairPolicy) dequeue(ctx context.Context, q *queued, won *quorum.Round, token string) {
-	if won != nil && won.Count(quorum.Agreed) == len(p.c.masters) {
+func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round, token string) {
+	if won != nil && won.Count(quorum.Agreed) == p.c.Masters() {
 		return
 	}
 	entry := q.Entry
@@ -579,57 +596,64 @@ func (p *fairPolicy) dequeue(ctx context.Context, q *queued, won *quorum.Round, 
 }
 
 // leave removes the queue entries of keys (the lock key; entries as
-// fair.Waiter.Entry names them, scripts/fair_leave.lua) in the background,
+// Waiter.Entry names them, scripts/fair_leave.lua) in the background,
 // on every master but those skip names, each bounded by the node timeout,
 // and releases a key handed to one of them (set for at most ttl). A call
-// that gets no reply is tried again in the background (cleanup.go); an
-// entry that a late call adds again expires.
-func (p *fairPolicy) leave(ctx context.Context, keys []string, entries []any, ttl time.Duration, skip func(int) bool) {
+// that gets no reply is tried again in the background (the core's
+// retries); an entry that a late call adds again expires.
+func (p *Policy[L]) leave(ctx context.Context, keys []string, entries []any, ttl time.Duration, skip func(int) bool) {
 	c := p.c
 	ctx = context.WithoutCancel(ctx)
-	go quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	go quorum.Group{Nodes: c.Masters(), Timeout: c.NodeTimeout()}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		if skip != nil && skip(i) {
 			return true, nil
 		}
-		_, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (any, error) {
-			return m.Eval(ctx, fairLeaveScript, keys, entries...)
+		err := c.Call(ctx, i, func(ctx context.Context, m driver.Conn) error {
+			_, err := m.Eval(ctx, LeaveScript, keys, entries...)
+			return err
 		})
 		if !driver.Replied(err) {
 			// Left on the master, the entry may become the queue's head
 			// there while others have other heads: nobody wins the
-			// reserved key until it expires. Tried again (cleanup.go).
-			c.cfg.logger.Debug("redlock: leaving the wait queue got no reply; retrying in the background", "master", c.addrs[i], "err", err)
-			c.retryScript(i, fairLeaveScript, keys, entries, max(ttl, p.entry), keys[0])
+			// reserved key until it expires. Tried again.
+			c.WaitConfig().Logger.Debug("redlock: leaving the wait queue got no reply; retrying in the background", "err", c.MasterError(i, "leave the wait queue", err))
+			c.RetryScript(i, LeaveScript, keys, entries, max(ttl, p.entry), keys[0])
 		}
 		return err == nil, err
 	})
 }
 
-// chain is what the fair policy keeps with a lock passed on in-process
-// (Lock.kept): the queue entries of this client's waiters that passOn
+// chain is what the policy keeps with a lock passed on in-process (the
+// core's Kept): the queue entries of this client's waiters that passOn
 // left behind, which the lock's release removes (handoff.lua).
 type chain struct {
 	stale []string
 }
 
 // chainOf is l's chain, nil for a lock that was not passed on in-process.
-func chainOf(l *Lock) *chain {
-	ch, _ := l.kept.(*chain)
+func (p *Policy[L]) chainOf(l L) *chain {
+	ch, _ := p.c.Kept(l).(*chain)
 	return ch
 }
 
 // passedOn reports a lock passed on in-process (see passOn): its token,
 // keys, round and lease are its predecessor's.
-func passedOn(l *Lock) bool { return chainOf(l) != nil }
+func (p *Policy[L]) passedOn(l L) bool { return p.chainOf(l) != nil }
 
 // setStale makes l a lock passed on in-process whose release removes the
 // entries stale.
-func setStale(l *Lock, stale []string) {
-	l.kept = &chain{stale: stale}
-	l.releaseBy = nil
+func (p *Policy[L]) setStale(l L, stale []string) {
+	var by *wait.Script
 	if len(stale) > 0 {
-		l.releaseBy = &scriptCall{handoffScript, append([]any{l.token, "", "", 0}, strs(stale)...)}
+		by = &wait.Script{Script: HandoffScript, Args: append([]any{l.Token(), "", "", 0}, strs(stale)...)}
 	}
+	p.c.Keep(l, &chain{stale: stale}, by)
+}
+
+// until is the end of l's lease, as the core holds it.
+func (p *Policy[L]) until(l L) time.Time {
+	until, _ := p.c.Until(l)
+	return until
 }
 
 func strs(ss []string) []any {
