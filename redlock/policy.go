@@ -37,12 +37,18 @@ func (p policyCore) SetNX(ctx context.Context, i int, l *Lock, ttl time.Duration
 	return p.c.setNX(ctx, i, l, ttl)
 }
 
-func (p policyCore) Call(ctx context.Context, i int, f func(context.Context, driver.Conn) error) error {
-	_, err := call(p.c, ctx, i, func(ctx context.Context, m driver.Conn) (struct{}, error) {
-		return struct{}{}, f(ctx, m)
-	})
-	return err
+func (p policyCore) Enter(i int) (bool, error) {
+	ok, probe := p.c.enter(i)
+	if !ok {
+		return false, errStuck
+	}
+	return probe, nil
 }
+
+func (p policyCore) Exit(ctx context.Context, i int, probe bool, err error) {
+	p.c.exit(ctx, i, probe, err)
+}
+func (p policyCore) Master(i int) driver.Conn { return p.c.masters[i] }
 
 func (p policyCore) Holders(ctx context.Context, round *quorum.Round, key string) []push.Holder {
 	return p.c.readHolders(ctx, round, key, false)

@@ -175,10 +175,8 @@ func (h *handoff[L]) hand(ctx context.Context, i int) (bool, error) {
 	if h.who[i].Load() != byHandoff {
 		return false, errNotHanded
 	}
-	var n int64
-	err := c.Call(ctx, i, func(ctx context.Context, m driver.Conn) (err error) {
-		n, err = wait.EvalInt(ctx, m, HandoffScript, c.Keys(h.l), h.args...)
-		return err
+	n, err := wait.Call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
+		return wait.EvalInt(ctx, m, HandoffScript, c.Keys(h.l), h.args...)
 	})
 	if err != nil {
 		h.replies[i].Store(-1)

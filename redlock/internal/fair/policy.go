@@ -263,27 +263,24 @@ func (a *queuedAsk[L]) Prepare(L, time.Duration) {
 // Ask is master i's call of the attempt: true when the key is ours.
 func (a *queuedAsk[L]) Ask(ctx context.Context, i int, l L, ttl time.Duration) (bool, error) {
 	f, q, rep := a.f, a.f.q, a.rep
-	var set bool
-	err := f.c.Call(ctx, i, func(ctx context.Context, m driver.Conn) error {
+	return wait.Call(f.c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
 		vals, err := wait.EvalSlice(ctx, m, LockScript, q.keys, l.Token(), ttl.Milliseconds(), q.ID, q.At, q.ttlMS, f.p.tag, q.prefix, rep.claim)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(vals) == 1 && vals[0] == int64(1) {
-			set = true
-			return nil
+			return true, nil
 		}
 		if len(vals) != 4 {
-			return fmt.Errorf("%w: %v from the fair lock script", driver.ErrUnexpectedReply, vals)
+			return false, fmt.Errorf("%w: %v from the fair lock script", driver.ErrUnexpectedReply, vals)
 		}
 		foreign, err := foreignStamp(vals[3])
 		if err != nil {
-			return err
+			return false, err
 		}
 		rep.set(i, push.HolderOf(vals[1], vals[2]), foreign)
-		return nil
+		return false, nil
 	})
-	return set, err
 }
 
 // Asked keeps the attempt that round decided: the masters that refused it
@@ -608,9 +605,8 @@ func (p *Policy[L]) leave(ctx context.Context, keys []string, entries []any, ttl
 		if skip != nil && skip(i) {
 			return true, nil
 		}
-		err := c.Call(ctx, i, func(ctx context.Context, m driver.Conn) error {
-			_, err := m.Eval(ctx, LeaveScript, keys, entries...)
-			return err
+		_, err := wait.Call(c, ctx, i, func(ctx context.Context, m driver.Conn) (any, error) {
+			return m.Eval(ctx, LeaveScript, keys, entries...)
 		})
 		if !driver.Replied(err) {
 			// Left on the master, the entry may become the queue's head

@@ -65,7 +65,7 @@ type Policy[L Lock] struct{ c Core[L] }
 func New[L Lock](c Core[L]) Policy[L] { return Policy[L]{c} }
 
 func (p Policy[L]) Join(_ context.Context, resource string, ttl time.Duration) (wait.Waiter[L], error) {
-	return &waiter[L]{Base: wait.Base[L]{Config: p.c.WaitConfig(), Resource: resource, TTL: ttl, Rnd: p.c.Stream()}, c: p.c}, nil
+	return &waiter[L]{Base: wait.Base[L]{Config: p.c.WaitConfig(), Resource: resource, TTL: ttl, Rnd: p.c.Stream()}, c: p.c, keys: []string{"lock:" + resource}}, nil
 }
 
 func (Policy[L]) Unlock(context.Context, L, time.Time, time.Duration, error) (bool, func(), error) {
@@ -76,6 +76,7 @@ func (Policy[L]) Unlock(context.Context, L, time.Time, time.Duration, error) (bo
 type waiter[L Lock] struct {
 	wait.Base[L]
 	c      Core[L]
+	keys   []string     // the lock key
 	w      *push.Waiter // nil until the first loss to a holder: an uncontended Lock pays nothing
 	probed bool         // the last attempt asked the probe master first, and lost there
 	view   probeView    // what the probe master said of the holder then, when the waiter marked its log before
@@ -85,7 +86,7 @@ func (p *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
 	c := p.c
 	l := c.NewLock(p.Resource, wait.NewToken(p.Rnd))
 	var a *probeAsk[L]
-	if c.Masters() >= 3 && (p.w != nil || c.Hub().Subscribed("lock:"+p.Resource)) {
+	if c.Masters() >= 3 && (p.w != nil || c.Hub().Subscribed(p.keys[0])) {
 		// Waiting on a holder, with the other waiters its release
 		// wakes, or a first attempt on a resource this client
 		// waited for within the last second (a releaser taking its
@@ -93,7 +94,7 @@ func (p *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
 		// master first (see ProbeMaster). An uncontended Lock asks
 		// every master at once.
 		if i := ProbeMaster(c, p.Resource); i >= 0 {
-			a = &probeAsk[L]{c: c, p: i, keys: []string{"lock:" + p.Resource}, probed: make(chan struct{})}
+			a = &probeAsk[L]{c: c, p: i, keys: p.keys, probed: make(chan struct{})}
 		}
 	}
 	// A probe's refusal says who holds the key there; the wait uses it when
@@ -124,11 +125,10 @@ func (p *waiter[L]) Sleep(ctx context.Context, round *quorum.Round, err error, h
 	wait := p.Poll()
 	var wake <-chan struct{}
 	if round != nil && held {
-		key := "lock:" + p.Resource
 		if p.w == nil {
-			p.w = p.c.Hub().Join(key)
+			p.w = p.c.Hub().Join(p.keys[0])
 		}
-		wait = p.plan(ctx, round, key, wait)
+		wait = p.plan(ctx, round, p.keys[0], wait)
 		wake = p.w.Wake()
 	}
 	_, err = p.Rest(ctx, wait, wake, nil, p.probeJitter, p.probed, err)
@@ -220,10 +220,8 @@ func (a *probeAsk[L]) Ask(ctx context.Context, i int, l L, ttl time.Duration) (b
 		}
 		return a.c.SetNX(ctx, i, l, ttl)
 	}
-	var set bool
-	err := a.c.Call(ctx, i, func(ctx context.Context, m driver.Conn) (err error) {
-		set, err = a.probeCall(ctx, m, l.Token(), ttl.Milliseconds())
-		return err
+	set, err := wait.Call(a.c, ctx, i, func(ctx context.Context, m driver.Conn) (bool, error) {
+		return a.probeCall(ctx, m, l.Token(), ttl.Milliseconds())
 	})
 	st := int32(probeGoOn)
 	if err == nil && !set && !a.wrongType {
