@@ -79,6 +79,7 @@ type waiter[L Lock] struct {
 	keys   []string     // the lock key
 	w      *push.Waiter // nil until the first loss to a holder: an uncontended Lock pays nothing
 	probed bool         // the last attempt asked the probe master first, and lost there
+	late   bool         // the last attempt asked the others without the probe master's answer
 	view   probeView    // what the probe master said of the holder then, when the waiter marked its log before
 }
 
@@ -112,6 +113,7 @@ func (p *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
 	}
 	l, round, err := c.Attempt(ctx, l, p.TTL, ask)
 	p.probed = round != nil && probeLost(round)
+	p.late = a != nil && a.late.Load()
 	p.view = probeView{}
 	if p.probed && marked && a.holder.OK {
 		// Read before the refusal's round ended: every other call of it
@@ -180,19 +182,18 @@ func ProbeMaster[L Lock](c Core[L], resource string) int {
 }
 
 // probeAsk is a probed attempt: it asks master p first and the others
-// only if p agreed, or failed: then it is a plain attempt on the rest. A
-// fallback that asked the others once the probe master was a quarter of
-// the node timeout late was tried and removed: a round then ended with
-// the probe master's answer unknown, and a waiter counted that master as
-// the holder's, waited for a release it would never publish, and slept
-// until the key's expiry (BenchmarkContended with 8 clients stalled ~25 s
-// in about one run of four).
+// only if p agreed, or failed, or has not answered within probeWait: then
+// it is a plain attempt on the rest. A round that went on without p's
+// answer (late) may end with p's answer unknown: the wait that follows
+// does not count on a release message from p (see plan).
 type probeAsk[L Lock] struct {
 	c      Core[L]
 	p      int
 	keys   []string      // the lock key
-	probed chan struct{} // closed once the probe master answered; state says how
+	probed chan struct{} // closed once the probe master answered, or probeWait passed; state says how
 	state  atomic.Int32
+	timer  *time.Timer // ends probeWait
+	late   atomic.Bool // the others were asked without p's answer
 	// Written by the probe call before probed is closed.
 	holder    push.Holder // who held the key at p when it refused; OK false: not read
 	wrongType bool        // p's key holds another type
@@ -205,7 +206,22 @@ const (
 	probeGoOn    // it agreed or failed: the others are asked
 )
 
-func (a *probeAsk[L]) Prepare(L, time.Duration) {}
+// Prepare starts the wait for the probe master's answer: after probeWait
+// the others are asked without it.
+func (a *probeAsk[L]) Prepare(L, time.Duration) {
+	a.timer = time.AfterFunc(probeWait(a.c.NodeTimeout()), func() {
+		if a.state.CompareAndSwap(probeWaiting, probeGoOn) {
+			a.late.Store(true)
+			close(a.probed)
+		}
+	})
+}
+
+// probeWait is how long a probed round waits for its probe master before
+// it asks the others: a quarter of the node timeout, many times a
+// healthy master's answer on a local network, and little of the vote's
+// time for the others.
+func probeWait(nodeTimeout time.Duration) time.Duration { return nodeTimeout / 4 }
 
 func (a *probeAsk[L]) Ask(ctx context.Context, i int, l L, ttl time.Duration) (bool, error) {
 	if i != a.p {
@@ -233,12 +249,14 @@ func (a *probeAsk[L]) Ask(ctx context.Context, i int, l L, ttl time.Duration) (b
 	return set, err
 }
 
-func (a *probeAsk[L]) Asked(L, *quorum.Round, time.Time, time.Duration) {}
+// Asked stops the wait for the probe master: the round is decided.
+func (a *probeAsk[L]) Asked(L, *quorum.Round, time.Time, time.Duration) { a.timer.Stop() }
 
 // Unasked: a probe master that never answered had the others wait for it,
-// never asked, whatever the round recorded for them.
+// never asked, whatever the round recorded for them, unless they were
+// asked without it (late).
 func (a *probeAsk[L]) Unasked(round *quorum.Round, i int) bool {
-	return i != a.p && round.Answer(a.p) == quorum.Pending
+	return i != a.p && !a.late.Load() && round.Answer(a.p) == quorum.Pending
 }
 
 // probeCall is the call to the probe master, m: SET NX, and on a refusal
@@ -314,8 +332,13 @@ func (p *waiter[L]) plan(ctx context.Context, round *quorum.Round, key string, p
 		// a little early finds the key there and reads its TTL again.
 		free += wait.RandN(p.Rnd, wait.WakeJitter)
 	}
-	if !pushed {
-		// No release reaches us: look again at the poll interval.
+	if !pushed || p.late {
+		// No release reaches us, or the probe master's key is not known
+		// (the round went on without its answer: the holder's release
+		// may have to come from it, or never come): look again at the
+		// poll interval. Counting such a master as the holder's, a waiter
+		// once waited for a message that never came, until the key's
+		// expiry (BenchmarkContended with 8 clients: ~25 s stalls).
 		return min(free, poll)
 	}
 	return free
