@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,11 @@ func mint(ctx context.Context, a mintCall) (mintReply, error) {
 		return mintReply{}, err
 	}
 	switch v := v.(type) {
+	case string:
+		// The script's fence: a decimal string, exact above 2^53.
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return mintReply{n: n}, nil
+		}
 	case int64:
 		return mintReply{n: v}, nil
 	case []any:

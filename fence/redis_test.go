@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/fence/internal/mintertest"
+	"quorumlock.dev/internal/harness/memredis"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 
@@ -397,6 +399,39 @@ func TestSeed(t *testing.T) {
 			err = c.Seed(ctx, "seed:hash", 5)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "WRONGTYPE")
+		})
+	}
+}
+
+// TestMintExactAbove2to53: two counters on one node (two processes,
+// each remembering only its own fences) seeded at 2^53+1 mint +2, +3, +4,
+// each once, and the node holds each value minted. A Lua number is a
+// double: the script used to return INCR's result through one, and mints
+// by two processes returned +2, +4, +4, one fence to two successive locks.
+func TestMintExactAbove2to53(t *testing.T) {
+	const floor = 1<<53 + 1
+	nodes := map[string]driver.Conn{"memredis": memredis.New().Conn()}
+	for name, client := range backends(t) {
+		nodes[name] = goredis.Conn(client)
+	}
+	for name, node := range nodes {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			a, err := NewRedisCounter(node)
+			require.NoError(t, err)
+			b, err := NewRedisCounter(node)
+			require.NoError(t, err)
+			require.NoError(t, a.Seed(ctx, "big", floor))
+			var got []uint64
+			for _, c := range []*RedisCounter{a, b, a, b} {
+				v, err := c.Mint(ctx, "big")
+				require.NoError(t, err)
+				got = append(got, v)
+			}
+			assert.Equal(t, []uint64{floor + 1, floor + 2, floor + 3, floor + 4}, got)
+			stored, err := node.Eval(ctx, driver.NewScript("return redis.call('GET', KEYS[1])"), []string{Key("big")})
+			require.NoError(t, err)
+			assert.Equal(t, strconv.FormatUint(floor+4, 10), stored)
 		})
 	}
 }

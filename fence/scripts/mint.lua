@@ -3,15 +3,17 @@
 -- in microseconds: the node cannot tell a new resource from a key it lost (a restart without
 -- persistence, an eviction, a deletion), so it treats them alike, and the floor is above every
 -- fence minted for the key before it was lost, under the precondition stated in docs/fencing.md.
--- Returns the fence; or, when the key holds no positive integer, a one-element array with the
--- reason, a reply of its own shape so that the caller tells it from a failure of the node. Such a
--- key is left as it was.
+-- Returns the fence as a decimal string, exact at every value INCR reaches (a Lua number is a
+-- double: above 2^53 it would round, and two mints could return one fence); or, when the key holds
+-- no positive integer, a one-element array with the reason, a reply of its own shape so that the
+-- caller tells it from a failure of the node. Such a key is left as it was.
 local n = redis.pcall('INCR', KEYS[1])
 if type(n) == 'table' then
   return {n.err}
 end
 if n > 1 then
-  return n
+  -- n is rounded above 2^53 (fine for the comparisons here); the key holds the exact value.
+  return redis.call('GET', KEYS[1])
 end
 if n < 1 then
   redis.call('DECR', KEYS[1])
@@ -22,5 +24,4 @@ end
 local t = redis.call('TIME')
 local floor = string.format('%d%06d', tonumber(t[1]), tonumber(t[2]))
 redis.call('SET', KEYS[1], floor)
--- Exact as a Lua double (below 2^53) until the year 2255.
-return tonumber(floor)
+return floor
