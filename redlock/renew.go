@@ -64,7 +64,8 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 	defer timer.Stop()
 	for {
 		now, _ := l.c.clock.now()
-		if wait := l.Until().Sub(now) - r.lead; wait > 0 {
+		until := l.Until()
+		if wait := until.Sub(now) - r.lead; wait > 0 {
 			// Capped so that a suspend, which stops the timer, costs at most
 			// leaseCheck: Until counts the suspend.
 			timer.Reset(min(wait, leaseCheck))
@@ -75,6 +76,15 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 			case <-timer.C:
 			}
 			continue
+		}
+		if !until.After(now) {
+			// The lease ran out before the renewer ran: the process or the
+			// machine was paused past it, and the lock's own timer has not
+			// ended it yet. That is why it ended, not the work's progress,
+			// which stood still in the pause too.
+			l.lose(errLeaseRanOut)
+			l.reportLapse()
+			return
 		}
 		select {
 		case <-done:

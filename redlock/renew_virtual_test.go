@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -104,6 +105,29 @@ func (w renewWorld) toldOnce(t *testing.T, reason error) {
 
 func TestRenewVirtual(t *testing.T) {
 	ctx := context.Background()
+	t.Run("a paused process is told its lease ran out, not that its work stood still", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newRenewWorld(t)
+			var paused atomic.Int64
+			w.client.clock = pausedClock{&paused}
+			ttl := 10 * time.Second
+			l, err := w.client.TryLock(ctx, "job", ttl)
+			require.NoError(t, err)
+			done := l.Done() // the lease's timer checks at 0 + k s
+			time.Sleep(500 * time.Millisecond)
+			require.NoError(t, l.Renew(ttl, time.Minute)) // the renewer at 0.5 + k s
+			time.Sleep(700 * time.Millisecond)
+			// SIGSTOP for 20 s, seen first by the renewer at 1.5 s: the
+			// lease's timer looks next at 2 s.
+			paused.Store(int64(20 * time.Second))
+			<-done
+			cause := context.Cause(l.Context())
+			assert.ErrorIs(t, cause, ErrLockLost)
+			assert.NotErrorIs(t, cause, ErrNoProgress, "a pause was blamed on the work loop")
+			assert.Equal(t, errLeaseRanOut, cause)
+			w.toldOnce(t, errLeaseRanOut)
+		})
+	})
 	t.Run("a stalled worker loses the lock at the first check", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newRenewWorld(t)
@@ -288,4 +312,13 @@ func TestUnlockBehindRenewerVirtual(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the bubble's clock stopped: Unlock blocked on the renewer without letting virtual time advance")
 	}
+}
+
+// pausedClock is the client's clock in a bubble after a pause of the whole
+// process: both of its clocks are ahead of the bubble's by *off.
+type pausedClock struct{ off *atomic.Int64 }
+
+func (c pausedClock) now() (time.Time, time.Duration) {
+	now := time.Now().Add(time.Duration(c.off.Load()))
+	return now, time.Duration(now.UnixNano())
 }
