@@ -209,7 +209,10 @@ func (g Guard) Migration() string {
 // (< for Newer), with token as $N (N = len(args)+1) and args as $1..; it
 // returns the rows changed, at least 1. Otherwise the error says why:
 // [fence.ErrFenceRejected] (counted in [fence.Rejected], told to OnReject), [ErrNoRow] or
-// [ErrConflict] (retry). The fragments run as SQL: pass values in args.
+// [ErrConflict] (retry). The fragments run as SQL: pass values in args. A
+// fragment that closes a parenthesis it did not open, or leaves one, a
+// string, a quoted name or a comment open, is [fence.ErrInvalidArgument]:
+// "sku = $2) OR (sku = $2" would take the WHERE out of the fence check.
 // Edge cases (several rows, NULL fences, transactions): docs/fencing.md.
 func (g Guard) Update(ctx context.Context, db DB, token uint64, set, where string, args ...any) (int64, error) {
 	if strings.TrimSpace(set) == "" {
@@ -251,6 +254,10 @@ func (g Guard) update(ctx context.Context, db DB, token uint64, set, where strin
 		return 0, fmt.Errorf("%w: table %q", fence.ErrInvalidArgument, g.Table)
 	case strings.TrimSpace(where) == "":
 		return 0, fmt.Errorf("%w: empty WHERE clause", fence.ErrInvalidArgument)
+	case checkFragment(where) != nil:
+		return 0, fmt.Errorf("%w: WHERE fragment %q %v: it could escape the fence check", fence.ErrInvalidArgument, where, checkFragment(where))
+	case checkFragment(set) != nil:
+		return 0, fmt.Errorf("%w: SET fragment %q %v", fence.ErrInvalidArgument, set, checkFragment(set))
 	case token == 0 || token > math.MaxInt64:
 		return 0, fmt.Errorf("%w: fence %d is not in 1..%d", fence.ErrInvalidArgument, token, int64(math.MaxInt64))
 	}

@@ -496,6 +496,9 @@ func TestGuardInvalid(t *testing.T) {
 		{"empty table after schema", Guard{Table: "shop."}, db, 1, setQty, whereSKU},
 		{"empty set", inv, db, 1, " ", whereSKU},
 		{"empty where", inv, db, 1, setQty, ""},
+		{"where escaping its parentheses", inv, db, 1, setQty, "sku = $2) OR (sku = $2"},
+		{"where leaving a string open", inv, db, 1, setQty, "sku = '"},
+		{"set escaping its parentheses", inv, db, 1, "qty = ($1)) + 0", whereSKU},
 		{"fence 0", inv, db, 0, setQty, whereSKU},
 		{"fence above bigint", inv, db, math.MaxInt64 + 1, setQty, whereSKU},
 		{"unknown comparison", Guard{Table: "inventory", Compare: fence.Comparison(7)}, db, 1, setQty, whereSKU},
@@ -656,11 +659,12 @@ func TestGuardConcurrentChange(t *testing.T) {
 	}
 }
 
-// TestGuardNeverLowersFence: the fragments run as SQL. One that escapes
-// its parentheses escapes the fence check too, and the write lands; the
-// guard's own assignment, GREATEST(fence, $n), still keeps the stored fence
-// from going down, so that later stale writers stay refused. A SET fragment
-// cannot assign the fence column itself: PostgreSQL refuses two assignments.
+// TestGuardNeverLowersFence: the fragments run as SQL. One that would
+// escape its parentheses, and the fence check with them, is refused before
+// anything is sent (it used to run: a stale holder's write landed); the
+// guard's own assignment, GREATEST(fence, $n), would still keep the stored
+// fence from going down. A SET fragment cannot assign the fence column
+// itself: PostgreSQL refuses two assignments.
 func TestGuardNeverLowersFence(t *testing.T) {
 	t.Parallel()
 	pool := inventory(t)
@@ -669,12 +673,14 @@ func TestGuardNeverLowersFence(t *testing.T) {
 	_, err := g.Update(ctx, pool, 42, setQty, whereSKU, 9, "WH-01")
 	require.NoError(t, err)
 
-	n, err := g.Update(ctx, pool, 41, setQty, "sku = $2) OR (false", 8, "WH-01")
-	require.NoError(t, err, "the escaped WHERE matched without the fence check")
-	assert.Equal(t, int64(1), n)
+	for _, escaping := range []string{"sku = $2) OR (false", "sku = $2) OR (sku = $2", "sku = $2)) OR ((true"} {
+		n, err := g.Update(ctx, pool, 41, setQty, escaping, 8, "WH-01")
+		require.ErrorIs(t, err, fence.ErrInvalidArgument, "a WHERE that escapes its parentheses ran: %s", escaping)
+		assert.Zero(t, n)
+	}
 	qty, stored := row(t, pool, "WH-01")
-	assert.Equal(t, 8, qty, "the stale write landed: the fragment escaped the check")
-	assert.Equal(t, int64(42), stored, "the stored fence did not go down")
+	assert.Equal(t, 9, qty, "the stale write landed: the fragment escaped the check")
+	assert.Equal(t, int64(42), stored, "the stored fence went down")
 	_, err = g.Update(ctx, pool, 41, setQty, whereSKU, 7, "WH-01")
 	require.ErrorIs(t, err, fence.ErrFenceRejected, "later stale writers stay refused")
 
