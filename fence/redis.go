@@ -15,6 +15,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bounded"
 	"quorumlock.dev/internal/bugs"
+	"quorumlock.dev/internal/names"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -108,8 +109,8 @@ func (c *RedisCounter) Node() driver.Conn { return c.node }
 // mints (docs/fencing.md). It is bounded by ctx and the counter's timeout; a
 // mint given up may still be applied, which leaves a gap, never a repeat.
 func (c *RedisCounter) Mint(ctx context.Context, resource string) (uint64, error) {
-	if resource == "" {
-		return 0, fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+	if err := names.Resource(resource); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	key := Key(resource)
 	m := c.mark(resource)
@@ -284,8 +285,8 @@ func readConfig(ctx context.Context, conn driver.Conn) (map[string]string, error
 // any process may have minted, with a margin (docs/fencing.md). It lifts this
 // counter's refusal of resource. It is bounded like [RedisCounter.Mint].
 func (c *RedisCounter) Seed(ctx context.Context, resource string, atLeast uint64) error {
-	if resource == "" {
-		return fmt.Errorf("%w: empty resource", ErrInvalidArgument)
+	if err := names.Resource(resource); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	if atLeast > math.MaxInt64 {
 		return fmt.Errorf("%w: seed %d is above what INCR can count to", ErrInvalidArgument, atLeast)

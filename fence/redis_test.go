@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,6 +91,23 @@ func TestNewRedisCounterRejects(t *testing.T) {
 	defer client.Close()
 	_, err = NewRedisCounter(goredis.Conn(client), WithTimeout(0))
 	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// TestMintRefusesBadNames: the counter refuses the names the lock refuses
+// (internal/names), before anything is sent, and its error quotes a prefix:
+// a name with a newline was minted, and a 1 MiB name came back as a 1 MiB
+// error.
+func TestMintRefusesBadNames(t *testing.T) {
+	srv, c := newCounter(t)
+	ctx := context.Background()
+	for _, bad := range []string{"a\nb", "nul\x00", "\xff", strings.Repeat("x", 1<<20)} {
+		_, err := c.Mint(ctx, bad)
+		if assert.ErrorIs(t, err, ErrInvalidArgument) {
+			assert.Less(t, len(err.Error()), 200, "the error quotes the whole name")
+		}
+		assert.ErrorIs(t, c.Seed(ctx, bad, 5), ErrInvalidArgument)
+	}
+	assert.Empty(t, srv.Keys(), "a counter was made for a bad name")
 }
 
 func TestMintEmptyResource(t *testing.T) {

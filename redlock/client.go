@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"quorumlock.dev/clockdrift"
 	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/bugs"
+	"quorumlock.dev/internal/names"
 	"quorumlock.dev/internal/nilcheck"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/quorum"
@@ -24,7 +24,7 @@ import (
 )
 
 // maxResourceLen is the longest resource name accepted, in bytes.
-const maxResourceLen = 512
+const maxResourceLen = names.MaxResource
 
 // Client takes locks on a fixed set of masters; it is safe for concurrent use.
 // Its goroutines: from New, one per master for its first call (at most 1 s);
@@ -239,16 +239,10 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 }
 
 func (c *Client) check(resource string, ttl time.Duration) error {
-	switch {
-	case resource == "":
-		return invalid("empty resource")
-	case len(resource) > maxResourceLen:
-		return invalid("resource of %d bytes is longer than %d", len(resource), maxResourceLen)
-	case !utf8.ValidString(resource):
-		return invalid("resource %q is not valid UTF-8", resource)
-	case strings.IndexFunc(resource, isControl) >= 0:
-		return invalid("resource %q has a control character", resource)
-	case ttl < time.Millisecond:
+	if err := names.Resource(resource); err != nil {
+		return invalid("%v", err)
+	}
+	if ttl < time.Millisecond {
 		return invalid("ttl %v is below 1ms", ttl)
 	}
 	if lease := c.lease(ttl); lease <= c.cfg.nodeTimeout {
@@ -268,8 +262,6 @@ func (c *Client) lease(ttl time.Duration) time.Duration {
 	}
 	return ttl - clockdrift.Allowance(ttl, c.cfg.driftFactor, c.cfg.driftConstant)
 }
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // attempt is one round of the algorithm on resource: SET NX on every
 // master, the validity check, the fence. On a loss it also returns the

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/internal/names"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -102,8 +103,8 @@ func New(kv KV, opts ...Option) (*Minter, error) {
 // again, until ctx or the Minter's timeout ends. A Put whose answer was
 // lost may still be applied: that leaves a gap, never a repeat.
 func (m *Minter) Mint(ctx context.Context, resource string) (uint64, error) {
-	if resource == "" {
-		return 0, fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
+	if err := names.Resource(resource); err != nil {
+		return 0, fmt.Errorf("%w: %w", fence.ErrInvalidArgument, err)
 	}
 	key := fence.Key(resource)
 	// Read before the Put is sent: only revisions minted before it bind its

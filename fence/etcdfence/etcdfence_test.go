@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,6 +345,12 @@ func TestBadInput(t *testing.T) {
 	assert.Zero(t, v)
 	require.ErrorIs(t, err, fence.ErrInvalidArgument)
 	assert.Zero(t, kv.puts.Load(), "no Put for an empty resource")
+	for _, bad := range []string{"a\nb", "nul\x00", strings.Repeat("x", 1<<20)} {
+		_, err := newMinter(t, kv).Mint(t.Context(), bad)
+		require.ErrorIs(t, err, fence.ErrInvalidArgument)
+		assert.Less(t, len(err.Error()), 200, "the error quotes the whole name")
+	}
+	assert.Zero(t, kv.puts.Load(), "a Put for a bad name")
 }
 
 // TestLockWithoutFenceQuorum: a redlock client whose fence comes from etcd

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +18,7 @@ import (
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/internal/rejection"
+	"quorumlock.dev/internal/names"
 	"quorumlock.dev/internal/nilcheck"
 )
 
@@ -120,8 +120,8 @@ func NewCounter(db DB) (*Counter, error) {
 // one statement. It returns when ctx ends, as pgx does; a statement that the server received
 // may still commit after that, which leaves a gap in the sequence but never a repeat.
 func (c *Counter) Mint(ctx context.Context, resource string) (uint64, error) {
-	if resource == "" {
-		return 0, fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
+	if err := names.Resource(resource); err != nil {
+		return 0, fmt.Errorf("%w: %w", fence.ErrInvalidArgument, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -142,8 +142,8 @@ func (c *Counter) Mint(ctx context.Context, resource string) (uint64, error) {
 // exceed every fence that may have been handed out, with a margin: storage's largest fence
 // misses those minted but never written (docs/fencing.md). A seed of 0 changes nothing.
 func (c *Counter) Seed(ctx context.Context, resource string, atLeast uint64) error {
-	if resource == "" {
-		return fmt.Errorf("%w: empty resource", fence.ErrInvalidArgument)
+	if err := names.Resource(resource); err != nil {
+		return fmt.Errorf("%w: %w", fence.ErrInvalidArgument, err)
 	}
 	if atLeast > math.MaxInt64 {
 		return fmt.Errorf("%w: seed %d is above what a bigint holds", fence.ErrInvalidArgument, atLeast)
@@ -186,6 +186,21 @@ type Guard struct {
 
 func (g Guard) table() string {
 	return pgx.Identifier(strings.Split(g.Table, ".")).Sanitize()
+}
+
+// checkNames reports why the table (each part of a dotted name) or the
+// fence column cannot be an identifier: pgx would drop a NUL in silence,
+// and PostgreSQL cut a name past 63 bytes.
+func (g Guard) checkNames() error {
+	for _, part := range strings.Split(g.Table, ".") {
+		if err := names.Identifier("table", part); err != nil {
+			return err
+		}
+	}
+	if g.FenceColumn != "" {
+		return names.Identifier("fence column", g.FenceColumn)
+	}
+	return nil
 }
 
 func (g Guard) column() string {
@@ -250,8 +265,8 @@ func (g Guard) update(ctx context.Context, db DB, token uint64, set, where strin
 	switch {
 	case nilcheck.Is(db):
 		return 0, fmt.Errorf("%w: nil database", fence.ErrInvalidArgument)
-	case slices.Contains(strings.Split(g.Table, "."), ""):
-		return 0, fmt.Errorf("%w: table %q", fence.ErrInvalidArgument, g.Table)
+	case g.checkNames() != nil:
+		return 0, fmt.Errorf("%w: %w", fence.ErrInvalidArgument, g.checkNames())
 	case strings.TrimSpace(where) == "":
 		return 0, fmt.Errorf("%w: empty WHERE clause", fence.ErrInvalidArgument)
 	case checkFragment(where) != nil:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,6 +140,13 @@ func TestCounterBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, fence.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Seed(ctx, "", 5), fence.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Seed(ctx, "a:1", math.MaxInt64+1), fence.ErrInvalidArgument)
+	for _, bad := range []string{"a\nb", "nul\x00", strings.Repeat("x", 1<<20)} {
+		_, err = c.Mint(ctx, bad)
+		if assert.ErrorIs(t, err, fence.ErrInvalidArgument) {
+			assert.Less(t, len(err.Error()), 200, "the error quotes the whole name")
+		}
+		assert.ErrorIs(t, c.Seed(ctx, bad, 5), fence.ErrInvalidArgument)
+	}
 
 	// A database without the counter table.
 	bare, err := NewCounter(pgtest.Pool(t, pgtest.NewDatabase(t, pgtest.Shared(t))))
@@ -497,6 +505,9 @@ func TestGuardInvalid(t *testing.T) {
 		{"empty set", inv, db, 1, " ", whereSKU},
 		{"empty where", inv, db, 1, setQty, ""},
 		{"where escaping its parentheses", inv, db, 1, setQty, "sku = $2) OR (sku = $2"},
+		{"NUL in the table", Guard{Table: "inven\x00tory"}, db, 1, setQty, whereSKU},
+		{"newline in the fence column", Guard{Table: "inventory", FenceColumn: "fen\nce"}, db, 1, setQty, whereSKU},
+		{"table part past 63 bytes", Guard{Table: "shop." + strings.Repeat("t", 64)}, db, 1, setQty, whereSKU},
 		{"where leaving a string open", inv, db, 1, setQty, "sku = '"},
 		{"set escaping its parentheses", inv, db, 1, "qty = ($1)) + 0", whereSKU},
 		{"fence 0", inv, db, 0, setQty, whereSKU},

@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"driver/goredis": {"driver"},
 	// The lock's parts, which know nothing of Redis or of each other.
 	"internal/nilcheck": nil,
+	"internal/names":    nil,
 	"quorum":            nil,
 	"clockdrift":        nil,
 	"internal/bounded":  nil,
@@ -32,8 +33,8 @@ var allowed = map[string][]string{
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
-	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/bugs", "internal/nilcheck"},
-	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/nilcheck"},
+	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/bugs", "internal/names", "internal/nilcheck"},
+	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/names", "internal/nilcheck"},
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
 	"redlock/internal/push":  {"driver", "internal/bounded", "quorum"},
@@ -45,7 +46,7 @@ var allowed = map[string][]string{
 	"redlock/internal/wait":  {"driver", "quorum", "redlock/internal/push"},
 	"redlock/internal/plain": {"driver", "quorum", "redlock/internal/push", "redlock/internal/wait"},
 	"redlock/internal/fair":  {"driver", "fence", "internal/bugs", "quorum", "redlock/internal/push", "redlock/internal/wait"},
-	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/seam"},
+	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/names", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
 	"leadership": {"driver", "redlock"},
@@ -69,7 +70,7 @@ var allowed = map[string][]string{
 // through an adapter, no test harness.
 var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node",
-	"redlock/internal/wait", "redlock/internal/plain", "internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
+	"redlock/internal/wait", "redlock/internal/plain", "internal/names", "internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
 func TestLayering(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "quorumlock.dev/...").Output()
