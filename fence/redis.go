@@ -50,6 +50,8 @@ type RedisCounter struct {
 	// read lock and atomics, and no allocation.
 	mu     sync.RWMutex
 	minted map[string]*mark
+	swept  atomic.Int64     // when idle marks were last forgotten (see sweep), ns
+	now    func() time.Time // the process's clock; tests move it
 }
 
 // mark is what a counter remembers of one resource.
@@ -59,6 +61,7 @@ type mark struct {
 	// value up to the fences other processes minted may be handed out again,
 	// so the resource is refused until Seed raises the counter.
 	regressed atomic.Bool
+	used      atomic.Int64 // when it was last minted or seeded, ns (see sweep)
 }
 
 var _ Minter = (*RedisCounter)(nil)
@@ -88,7 +91,7 @@ func NewRedisCounter(node driver.Conn, opts ...CounterOption) (*RedisCounter, er
 	if d, ok := node.(driver.Describer); ok && d.Describe().Unsafe != "" {
 		return nil, fmt.Errorf("%w: the counter needs one node: %s", ErrInvalidArgument, d.Describe().Unsafe)
 	}
-	c := &RedisCounter{node: node, timeout: DefaultTimeout}
+	c := &RedisCounter{node: node, timeout: DefaultTimeout, now: time.Now}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -151,10 +154,17 @@ func (c *RedisCounter) refused(key string, minted uint64) error {
 	return fmt.Errorf("%w: %s went back below %d, which this process had minted; no fence is minted for it until Seed raises it", ErrCounterRegressed, key, minted)
 }
 
-// mark returns what the counter remembers of resource, creating it at 0.
+// mark returns what the counter remembers of resource, creating it at 0,
+// and marks it used now: under the map's lock, so that sweep never forgets
+// a mark a Mint has just taken.
 func (c *RedisCounter) mark(resource string) *mark {
+	now := c.now().UnixNano()
+	c.sweep(now)
 	c.mu.RLock()
 	m := c.minted[resource]
+	if m != nil {
+		m.used.Store(now)
+	}
 	c.mu.RUnlock()
 	if m != nil {
 		return m
@@ -170,7 +180,53 @@ func (c *RedisCounter) mark(resource string) *mark {
 		// caller's string may point into.
 		c.minted[strings.Clone(resource)] = m
 	}
+	m.used.Store(now)
 	return m
+}
+
+// ForgetAfter is how long a counter remembers a resource it has not minted
+// or seeded for: what this process minted for it, which a later mint that
+// comes back lower is checked against (ErrCounterRegressed). A resource
+// whose counter went backwards is remembered until Seed raises it. So a
+// process that locks per user or per order holds what it minted in the last
+// ForgetAfter, not every resource it ever saw (~150 bytes each). What it
+// forgets costs nothing of the fence's guarantee, which is the node's (its
+// count, and its clock floor after a loss): only this process's check of
+// the node against its own earlier fences, for resources idle that long.
+const ForgetAfter = 10 * time.Minute
+
+// sweep forgets, at most once a minute, the resources not used for
+// ForgetAfter, into a map of its own size (a Go map does not shrink).
+func (c *RedisCounter) sweep(now int64) {
+	last := c.swept.Load()
+	if now-last < int64(time.Minute) || !c.swept.CompareAndSwap(last, now) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idle := 0
+	for _, m := range c.minted {
+		if now-m.used.Load() > int64(ForgetAfter) && !m.regressed.Load() {
+			idle++
+		}
+	}
+	if idle == 0 {
+		return
+	}
+	kept := make(map[string]*mark, len(c.minted)-idle)
+	for r, m := range c.minted {
+		if now-m.used.Load() <= int64(ForgetAfter) || m.regressed.Load() {
+			kept[r] = m
+		}
+	}
+	c.minted = kept
+}
+
+// remembered is how many resources the counter remembers, for tests.
+func (c *RedisCounter) remembered() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.minted)
 }
 
 type mintCall struct {

@@ -454,6 +454,42 @@ func TestMintExactAbove2to53(t *testing.T) {
 	}
 }
 
+// TestCounterForgetsIdleResources: the counter remembers what it minted
+// for the resources used in the last ForgetAfter, not every resource it
+// ever saw; one whose counter went backwards stays refused until Seed.
+func TestCounterForgetsIdleResources(t *testing.T) {
+	srv, c := newCounter(t)
+	srv.SetTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)) // stopped: a lost key's floor is not above its fences
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	ctx := t.Context()
+	var first uint64
+	for i := range 1000 {
+		v := mintN(t, c, fmt.Sprintf("order:%d", i), 1)[0]
+		if i == 1 {
+			first = v
+		}
+	}
+	mintN(t, c, "bad", 3)
+	srv.Del(Key("bad"))
+	_, err := c.Mint(ctx, "bad")
+	require.ErrorIs(t, err, ErrCounterRegressed)
+	require.Equal(t, 1001, c.remembered())
+
+	now = now.Add(ForgetAfter - time.Minute)
+	mintN(t, c, "order:7", 1) // used again: kept
+	now = now.Add(2 * time.Minute)
+	mintN(t, c, "new", 1)
+	assert.Equal(t, 3, c.remembered(), "idle resources were not forgotten (order:7, new and the regressed one stay)")
+	_, err = c.Mint(ctx, "bad")
+	assert.ErrorIs(t, err, ErrCounterRegressed, "a regressed resource was forgotten, and its refusal with it")
+
+	// Forgotten, a resource is minted as a new one: the node's count goes on.
+	v, err := c.Mint(ctx, "order:1")
+	require.NoError(t, err)
+	assert.Equal(t, first+1, v, "the count did not go on")
+}
+
 // TestSeedAboveMinted: a seed below what this process minted would hand the
 // same fences out again, so the minted value wins.
 func TestSeedAboveMinted(t *testing.T) {
