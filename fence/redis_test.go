@@ -490,6 +490,32 @@ func TestCounterForgetsIdleResources(t *testing.T) {
 	assert.Equal(t, first+1, v, "the count did not go on")
 }
 
+// TestCounterNodeRestartedEmpty: a counter node with no persistence at all
+// (redis-server with appendonly no and no snapshots) restarted loses every
+// counter; the next mints, by this process and by one that never minted
+// before, start from the node's clock, above every fence handed out.
+func TestCounterNodeRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t, redisserver.Options{Args: []string{"--appendonly", "no", "--save", ""}})
+	client := redistest.Client(t, srv.Addr())
+	c, err := NewRedisCounter(goredis.Conn(client))
+	require.NoError(t, err)
+	ctx := t.Context()
+	before := mintN(t, c, "job", 5)
+	require.NoError(t, srv.Kill())
+	require.NoError(t, srv.Restart(ctx))
+	n, err := client.Exists(ctx, Key("job")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the node kept the counter: not a restart without persistence")
+	after, err := c.Mint(ctx, "job")
+	require.NoError(t, err, "this process refused the counter after the restart")
+	assert.Greater(t, after, before[4], "a fence repeated after the node restarted empty")
+	other, err := NewRedisCounter(goredis.Conn(client))
+	require.NoError(t, err)
+	v, err := other.Mint(ctx, "job")
+	require.NoError(t, err)
+	assert.Greater(t, v, after)
+}
+
 // TestSeedAboveMinted: a seed below what this process minted would hand the
 // same fences out again, so the minted value wins.
 func TestSeedAboveMinted(t *testing.T) {

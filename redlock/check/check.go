@@ -187,13 +187,22 @@ func masterRules(s settings) []Finding {
 	}
 }
 
-// counterRules judge the fence counter's node by the rules of
-// fence.RedisCounter.CheckDurability: a lost mint can repeat a fence, so
-// anything short of full durability is a problem.
+// counterRules judge the fence counter's node. A counter that comes back
+// older than the fences handed out repeats them: a restart from a snapshot,
+// a crash that loses the last mints of an append-only file not fsynced on
+// every write. One that comes back missing does not: the next mint starts
+// from the node's clock in µs, above every earlier fence while that clock
+// does not go back (docs/fencing.md), so no persistence at all is a
+// warning, and only full durability (fence.RedisCounter.CheckDurability's
+// rules) is OK.
 func counterRules(s settings) []Finding {
-	want := func(name, good, why string) Finding {
+	aof := strings.EqualFold(s["appendonly"], "yes")
+	fsync := func(name, good, why string) Finding {
 		return s.finding(name, func(v string) (Status, string) {
-			if strings.EqualFold(v, good) {
+			switch {
+			case !aof:
+				return OK, "not used: appendonly is off"
+			case strings.EqualFold(v, good):
 				return OK, "durable"
 			}
 			return Problem, why + " (want " + good + ")"
@@ -201,9 +210,17 @@ func counterRules(s settings) []Finding {
 	}
 	return []Finding{
 		version(s), role(s), policy(s),
-		want("appendonly", "yes", "a restart loses the counters: fences repeat"),
-		want("appendfsync", "always", "a crash loses the last mints: fences repeat"),
-		want("no-appendfsync-on-rewrite", "no", "mints during a rewrite are not fsynced: a crash then repeats fences"),
+		s.finding("appendonly", func(v string) (Status, string) {
+			switch {
+			case aof:
+				return OK, "durable"
+			case s["save"] == "":
+				return Warning, "no persistence: a restart loses the counters, and the next mints start from the node's clock, above every fence handed out while that clock does not go back; appendonly yes keeps them"
+			}
+			return Problem, "snapshots only: a restart restores counters older than the fences handed out since the snapshot, and those fences repeat (want appendonly yes, or no persistence at all)"
+		}),
+		fsync("appendfsync", "always", "a crash loses the last mints and the counter comes back older: fences repeat"),
+		fsync("no-appendfsync-on-rewrite", "no", "mints during a rewrite are not fsynced: a crash then brings the counter back older and repeats fences"),
 	}
 }
 

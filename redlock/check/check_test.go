@@ -176,6 +176,37 @@ func TestUnreachable(t *testing.T) {
 	assert.NoError(t, rep.Err())
 }
 
+// TestFenceCounterPersistence: a counter node that can come back older
+// than the fences handed out (snapshots only) is a problem; one with no
+// persistence at all comes back empty, and its counters restart from the
+// node's clock above every earlier fence (fence's
+// TestCounterNodeRestartedEmpty): a warning.
+func TestFenceCounterPersistence(t *testing.T) {
+	t.Parallel()
+	_, m := startNode(t)
+	_, none := startNode(t, "--save", "")
+	_, snapshots := startNode(t, "--save", "60 1")
+	for _, tc := range []struct {
+		name string
+		node *redis.Client
+		want Status
+	}{
+		{"no persistence", none, Warning},
+		{"snapshots only", snapshots, Problem},
+	} {
+		rep := nodes(t, []*redis.Client{m}, tc.node)
+		require.NotNil(t, rep.Fence, tc.name)
+		st := statuses(*rep.Fence)
+		assert.Equal(t, tc.want, st["appendonly"], tc.name)
+		assert.Equal(t, OK, st["appendfsync"], "%s: not used without appendonly", tc.name)
+		if tc.want == Problem {
+			require.ErrorIs(t, rep.Err(), ErrUnsafe, tc.name)
+		} else {
+			assert.NoError(t, rep.Err(), tc.name)
+		}
+	}
+}
+
 // TestFenceCounter: the counter's node is judged by stricter rules than a
 // master's: anything short of full durability is a problem.
 func TestFenceCounter(t *testing.T) {
