@@ -1,0 +1,171 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
+)
+
+// TestInspect: what each master holds for a resource, read without
+// changing anything: nobody, a holder on a majority with its TTL, a key of
+// another type, a master that does not answer, fair waiters queued.
+func TestInspect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		c := virtualClient(t, masters)
+
+		in, err := c.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.Equal(t, "job", in.Resource)
+		assert.Empty(t, in.Holder)
+		require.Len(t, in.Masters, 5)
+		for i, k := range in.Masters {
+			assert.Equal(t, MasterKey{Addr: c.addrs[i]}, k, "a free resource")
+		}
+
+		l, err := c.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		in, err = c.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.Equal(t, l.Token(), in.Holder)
+		for _, k := range in.Masters {
+			assert.Equal(t, l.Token(), k.Token)
+			assert.Equal(t, 50*time.Second, k.TTL)
+			assert.False(t, k.WrongType)
+		}
+		for _, s := range servers {
+			assert.Equal(t, []string{"lock:job"}, s.Keys(), "Inspect wrote to a master")
+		}
+
+		_, err = masters[0].Eval(ctx, driver.NewScript("redis.call('HSET', KEYS[1], 'f', 'v') return 1"), []string{"lock:hash"})
+		require.NoError(t, err)
+		servers[4].Hang()
+		in, err = c.Inspect(ctx, "hash")
+		require.NoError(t, err, "one master of five hung is no outage")
+		assert.True(t, in.Masters[0].WrongType)
+		assert.Empty(t, in.Masters[0].Token)
+		var me *MasterError
+		require.ErrorAs(t, in.Masters[4].Err, &me)
+		assert.Equal(t, c.addrs[4], me.Addr)
+		servers[3].Hang()
+		servers[2].Hang()
+		_, err = c.Inspect(ctx, "job")
+		assert.ErrorIs(t, err, ErrQuorumUnavailable)
+		for _, s := range servers[2:] {
+			s.Resume()
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, l.Unlock(ctx))
+	})
+}
+
+// TestInspectFairQueue: a fair waiter queued on a held lock shows as the
+// queue's head on the masters it queued on.
+func TestInspectFairQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		ctx, cancel := context.WithCancel(context.Background())
+		holder := virtualClient(t, masters, WithFairness(3*time.Second))
+		waiter := virtualClient(t, masters, WithFairness(3*time.Second))
+		l, err := holder.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		got := lockAsync(ctx, waiter, "job", time.Minute)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		in, err := holder.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.Equal(t, l.Token(), in.Holder)
+		for _, k := range in.Masters {
+			assert.Equal(t, int64(1), k.Queued)
+			assert.Len(t, k.Head, 30, "the head's id: stamp, client tag, random part")
+		}
+		cancel()
+		<-got
+		require.NoError(t, l.Unlock(context.Background()))
+		time.Sleep(time.Second)
+		synctest.Wait()
+	})
+}
+
+// TestRelease: the break-glass release frees a lock by its token on every
+// master and touches no key that holds another token; the masters where the
+// key was another holder's are not counted.
+func TestRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		c := virtualClient(t, masters)
+		gone := virtualClient(t, masters) // a process that died holding the lock
+		l, err := gone.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		servers[0].Set("lock:job", "newer", time.Minute) // another holder's key there
+
+		for _, bad := range []string{"", "q", "a\nb"} {
+			_, err := c.Release(ctx, "job", bad)
+			assert.ErrorIs(t, err, ErrInvalidArgument, "token %q", bad)
+		}
+		_, err = c.Release(ctx, "", l.Token())
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+
+		n, err := c.Release(ctx, "job", "not-the-holder")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		n, err = c.Release(ctx, "job", l.Token())
+		require.NoError(t, err)
+		assert.Equal(t, 4, n)
+		v, _ := servers[0].Get("lock:job")
+		assert.Equal(t, "newer", v, "a newer holder's key was released")
+		for _, s := range servers[1:] {
+			_, ok := s.Get("lock:job")
+			assert.False(t, ok, "the gone holder's key is still on %s", s.Addr())
+		}
+		servers[0].Set("lock:job", "", 0)
+		_, err = c.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err, "the resource is free once released")
+	})
+}
+
+// TestInspectRealServer: inspect.lua's replies on redis-server and
+// miniredis read as on memredis: a holder with its TTL, a key of another
+// type, no key.
+func TestInspectRealServer(t *testing.T) {
+	_, real, _ := realMasters(t, 3)
+	_, mini := miniMasters(t, 3)
+	for name, masters := range map[string][]Master{"redis-server": real, "miniredis": mini} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c, err := New(masters)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := c.TryLock(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			_, err = masters[0].Eval(ctx, driver.NewScript("redis.call('HSET', KEYS[1], 'f', 'v') return 1"), []string{"lock:hash"})
+			require.NoError(t, err)
+			in, err := c.Inspect(ctx, "job")
+			require.NoError(t, err)
+			assert.Equal(t, l.Token(), in.Holder)
+			for _, k := range in.Masters {
+				assert.Equal(t, l.Token(), k.Token)
+				assert.Greater(t, k.TTL, 50*time.Second)
+				assert.LessOrEqual(t, k.TTL, time.Minute)
+			}
+			in, err = c.Inspect(ctx, "hash")
+			require.NoError(t, err)
+			assert.True(t, in.Masters[0].WrongType)
+			assert.Equal(t, MasterKey{Addr: in.Masters[1].Addr}, in.Masters[1])
+			n, err := c.Release(ctx, "job", l.Token())
+			require.NoError(t, err)
+			assert.Equal(t, 3, n)
+			assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld, "the holder's keys were not released")
+		})
+	}
+}
