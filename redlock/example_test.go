@@ -82,6 +82,36 @@ func ExampleClient_Lock() {
 	// Output: holding report:nightly on a majority of 5 masters
 }
 
+// ExampleClient_Inspect: who holds a lock on each master, and the
+// break-glass release of a holder that is gone.
+func ExampleClient_Inspect() {
+	ms, stop := masters(3)
+	defer stop()
+	client, err := redlock.New(ms)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := client.TryLock(ctx, "invoice:2026-12", time.Minute); err != nil { // a holder that then died
+		log.Fatal(err)
+	}
+
+	in, err := client.Inspect(ctx, "invoice:2026-12")
+	if err != nil {
+		log.Fatal(err) // ErrQuorumUnavailable: a majority did not answer
+	}
+	for _, k := range in.Masters {
+		fmt.Println(k.Token == in.Holder, k.TTL.Round(time.Minute), k.Queued, k.Err)
+	}
+	released, err := client.Release(ctx, "invoice:2026-12", in.Holder) // only for a holder known to be gone
+	fmt.Println("released on", released, "masters", err)
+	// Output:
+	// true 1m0s 0 <nil>
+	// true 1m0s 0 <nil>
+	// true 1m0s 0 <nil>
+	// released on 3 masters <nil>
+}
+
 func ExampleClient_TryLock() {
 	ms, stop := masters(3)
 	defer stop()

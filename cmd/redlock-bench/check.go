@@ -33,59 +33,81 @@ type checkInvocation struct {
 	nodeTimeout time.Duration
 }
 
-func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
-	fs := flag.NewFlagSet("redlock-bench check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	inv := &checkInvocation{}
-	var addrs, fenceAddr, passwordEnv, tlsCA string
-	fs.StringVar(&addrs, "addrs", "", "the masters, comma-separated, each host:port or redis://[user@]host:port[/db] (rediss:// for TLS) (required; nothing is written to them)")
-	fs.StringVar(&fenceAddr, "fence-addr", "", "the fence counter node, as in -addrs (judged by the counter's stricter rules)")
-	fs.StringVar(&passwordEnv, "password-env", "", "the environment variable holding the password of every server whose URL has none (e.g. REDISCLI_AUTH); keeps it out of the command line")
-	fs.StringVar(&tlsCA, "tls-ca", "", "with rediss:// addresses: PEM file of the CAs their certificates must chain to (default: the system's)")
-	fs.StringVar(&inv.format, "o", "text", "output format: text or json")
-	fs.DurationVar(&inv.nodeTimeout, "node-timeout", time.Second, "bound of each call to a node")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redlock-bench check -addrs host:port,... [flags]\n\n"+
-			"The settings of each master and of the fence counter that matter to the lock\n"+
-			"(redlock.Client.Check): ok, unknown, warning or problem, with what each means.\n"+
-			"Exit status 1 when some setting is a problem; a node that could not be reached\n"+
-			"is one.\n\n")
-		fs.PrintDefaults()
+// opsFlags are the flags of the commands that talk to an operator's
+// servers (check, inspect, release): where they are and how to log in.
+type opsFlags struct {
+	addrs, fenceAddr, passwordEnv, tlsCA string
+	format                               string
+	nodeTimeout                          time.Duration
+}
+
+// register adds the flags to fs; fence: whether -fence-addr is one.
+func (f *opsFlags) register(fs *flag.FlagSet, fence bool) {
+	fs.StringVar(&f.addrs, "addrs", "", "the masters, comma-separated, each host:port or redis://[user@]host:port[/db] (rediss:// for TLS) (required)")
+	if fence {
+		fs.StringVar(&f.fenceAddr, "fence-addr", "", "the fence counter node, as in -addrs (judged by the counter's stricter rules)")
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
+	fs.StringVar(&f.passwordEnv, "password-env", "", "the environment variable holding the password of every server whose URL has none (e.g. REDISCLI_AUTH); keeps it out of the command line")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "with rediss:// addresses: PEM file of the CAs their certificates must chain to (default: the system's)")
+	fs.StringVar(&f.format, "o", "text", "output format: text or json")
+	fs.DurationVar(&f.nodeTimeout, "node-timeout", time.Second, "bound of each call to a node")
+}
+
+// resolve checks the flags once parsed and returns the servers' options.
+func (f *opsFlags) resolve(fs *flag.FlagSet) (masters []*redis.Options, fenceNode *redis.Options, err error) {
 	if fs.NArg() > 0 {
-		return nil, usage(fs, "unexpected argument %q", fs.Arg(0))
+		return nil, nil, usage(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	list := splitList(addrs)
+	list := splitList(f.addrs)
 	if len(list) == 0 {
-		return nil, usage(fs, "-addrs is required")
+		return nil, nil, usage(fs, "-addrs is required")
 	}
 	var password string
-	if passwordEnv != "" {
-		pw, ok := os.LookupEnv(passwordEnv)
+	if f.passwordEnv != "" {
+		pw, ok := os.LookupEnv(f.passwordEnv)
 		if !ok || pw == "" {
-			return nil, usage(fs, "-password-env %s: the variable is not set", passwordEnv)
+			return nil, nil, usage(fs, "-password-env %s: the variable is not set", f.passwordEnv)
 		}
 		password = pw
 	}
-	var err error
-	if inv.masters, inv.fence, err = backend.ServerOptions(list, fenceAddr, password, tlsCA); err != nil {
+	if masters, fenceNode, err = backend.ServerOptions(list, f.fenceAddr, password, f.tlsCA); err != nil {
 		// One kind of configuration error is enough to say.
 		why := oneLine(err)
 		if _, rest, ok := strings.Cut(err.Error(), backend.ErrConfig.Error()+": "); ok {
 			why = oneLine(errors.New(rest))
 		}
-		return nil, usage(fs, "%s", why)
+		return nil, nil, usage(fs, "%s", why)
 	}
-	if inv.format != "text" && inv.format != "json" {
-		return nil, usage(fs, "-o %q: want text or json", inv.format)
+	if f.format != "text" && f.format != "json" {
+		return nil, nil, usage(fs, "-o %q: want text or json", f.format)
 	}
-	if inv.nodeTimeout <= 0 {
-		return nil, usage(fs, "-node-timeout %v is not positive", inv.nodeTimeout)
+	if f.nodeTimeout <= 0 {
+		return nil, nil, usage(fs, "-node-timeout %v is not positive", f.nodeTimeout)
 	}
-	return inv, nil
+	return masters, fenceNode, nil
+}
+
+func parseCheck(args []string, stderr io.Writer) (*checkInvocation, error) {
+	fs := flag.NewFlagSet("redlock-bench check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f opsFlags
+	f.register(fs, true)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: redlock-bench check -addrs host:port,... [flags]\n\n"+
+			"The settings of each master and of the fence counter that matter to the lock\n"+
+			"(redlock.Client.Check): ok, unknown, warning or problem, with what each means.\n"+
+			"Nothing is written to the servers. Exit status 1 when some setting is a problem;\n"+
+			"a node that could not be reached is one.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	masters, fenceNode, err := f.resolve(fs)
+	if err != nil {
+		return nil, err
+	}
+	return &checkInvocation{masters: masters, fence: fenceNode, format: f.format, nodeTimeout: f.nodeTimeout}, nil
 }
 
 // runCheck is `redlock-bench check`: exit 0 when no setting is a problem

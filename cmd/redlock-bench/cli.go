@@ -67,7 +67,7 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.StringVar(&inv.Format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.Plot, "plot", "", "also draw acquire-latency percentiles into this .svg or .png file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: redlock-bench [flags]\n       redlock-bench fencing [flags]   (the fence's duplicate-write benchmark; -h for its flags)\n       redlock-bench chaos [flags]     (faults injected on real servers, counted; -h for its flags)\n       redlock-bench check -addrs ...  (the masters' settings that matter to the lock; -h for its flags)\n       redlock-bench choose [flags]    (single Redis, Redlock, etcd and PostgreSQL measured side by side; -h for its flags)\n\nRedlock over N masters against the single-instance mode, side by side.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: redlock-bench [flags]\n       redlock-bench fencing [flags]   (the fence's duplicate-write benchmark; -h for its flags)\n       redlock-bench chaos [flags]     (faults injected on real servers, counted; -h for its flags)\n       redlock-bench check -addrs ...  (the masters' settings that matter to the lock; -h for its flags)\n       redlock-bench inspect -addrs ... -resource R   (who holds a lock, on each master; -h)\n       redlock-bench release -addrs ... -resource R -token T   (break-glass release of a gone holder's lock; -h)\n       redlock-bench choose [flags]    (single Redis, Redlock, etcd and PostgreSQL measured side by side; -h for its flags)\n\nRedlock over N masters against the single-instance mode, side by side.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -220,6 +220,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "check" {
 		return runCheck(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "inspect" {
+		return runInspect(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "release" {
+		return runRelease(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "choose" {
 		return runChoose(ctx, args[1:], stdout, stderr)

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/redlock"
+)
+
+// Exit statuses of inspect and release beside exitOK, exitError, exitUsage.
+const (
+	exitNotHeld = 3 // inspect: no token holds a majority; release: no master held the token
+)
+
+// opsInvocation is a parsed `redlock-bench inspect` or `release` line.
+type opsInvocation struct {
+	flags    opsFlags
+	masters  []*redis.Options
+	resource string
+	token    string // release only
+}
+
+func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, error) {
+	fs := flag.NewFlagSet("redlock-bench "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	inv := &opsInvocation{}
+	inv.flags.register(fs, false)
+	fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (required)")
+	if name == "release" {
+		fs.StringVar(&inv.token, "token", "", "the holder's token, as inspect shows it (required)")
+	}
+	fs.Usage = func() {
+		if name == "inspect" {
+			fmt.Fprintf(fs.Output(), "usage: redlock-bench inspect -addrs host:port,... -resource R [flags]\n\n"+
+				"What every master holds for the lock on R (redlock.Client.Inspect): the key's token\n"+
+				"and remaining TTL, a key of another type, the fair queue's length and head, and the\n"+
+				"token that holds a majority. It writes nothing.\n"+
+				"Exit status 0 when a token holds a majority, 3 when none does (free, or keys split\n"+
+				"between attempts), 1 when a majority of masters could not be read, 2 on bad flags.\n\n")
+		} else {
+			fmt.Fprintf(fs.Output(), "usage: redlock-bench release -addrs host:port,... -resource R -token T [flags]\n\n"+
+				"Break-glass: frees the lock on R held by token T on every master (redlock.Client.Release),\n"+
+				"with the lock's own compare-and-delete: a key that holds another token is never touched.\n"+
+				"Only for a holder known to be gone: a paused holder still believes it holds the lock.\n"+
+				"Exit status 0 when some master held T (all answered), 3 when none did, 1 when a master\n"+
+				"could not be asked, 2 on bad flags.\n\n")
+		}
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if inv.masters, _, err = inv.flags.resolve(fs); err != nil {
+		return nil, err
+	}
+	if inv.resource == "" {
+		return nil, usage(fs, "-resource is required")
+	}
+	if name == "release" && inv.token == "" {
+		return nil, usage(fs, "-token is required (inspect shows it)")
+	}
+	return inv, nil
+}
+
+// opsClient is a lock client over the invocation's masters, for one call;
+// close runs its and the connections' Close.
+func opsClient(inv *opsInvocation) (*redlock.Client, func(), error) {
+	var clients []*redis.Client
+	closeAll := func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	masters := make([]driver.Conn, len(inv.masters))
+	for i, o := range inv.masters {
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DialTimeout, o.PoolSize = -1, true, inv.flags.nodeTimeout, 2
+		c := redis.NewClient(o)
+		clients = append(clients, c)
+		masters[i] = goredis.Conn(c)
+	}
+	// The TTL check of New's options does not apply: no lock is taken.
+	client, err := redlock.New(masters, redlock.WithNodeTimeout(inv.flags.nodeTimeout))
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return client, func() { _ = client.Close(); closeAll() }, nil
+}
+
+// runInspect is `redlock-bench inspect`.
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	inv, err := parseOps("inspect", args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	client, done, err := opsClient(inv)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer done()
+	in, err := client.Inspect(ctx, inv.resource)
+	if errors.Is(err, redlock.ErrInvalidArgument) {
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		return exitUsage
+	}
+	if werr := writeInspection(stdout, in, inv.flags.format); werr != nil {
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(werr))
+		return exitError
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		return exitError
+	case in.Holder == "":
+		return exitNotHeld
+	}
+	return exitOK
+}
+
+// inspectedKey is a master's key as inspect prints it in JSON.
+type inspectedKey struct {
+	Addr      string `json:"addr"`
+	Token     string `json:"token"`
+	TTLms     int64  `json:"ttl_ms"` // -1: no expiry; 0: no key
+	WrongType bool   `json:"wrong_type,omitempty"`
+	Queued    int64  `json:"queued"`
+	Head      string `json:"head,omitempty"`
+	HeadClaim string `json:"head_claim,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+func writeInspection(w io.Writer, in redlock.Inspection, format string) error {
+	keys := make([]inspectedKey, len(in.Masters))
+	for i, k := range in.Masters {
+		keys[i] = inspectedKey{Addr: k.Addr, Token: k.Token, TTLms: k.TTL.Milliseconds(), WrongType: k.WrongType,
+			Queued: k.Queued, Head: k.Head, HeadClaim: k.HeadClaim}
+		if k.TTL < 0 {
+			keys[i].TTLms = -1
+		}
+		if k.Err != nil {
+			keys[i].Error = oneLine(k.Err)
+		}
+	}
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Resource string         `json:"resource"`
+			Holder   string         `json:"holder"`
+			Masters  []inspectedKey `json:"masters"`
+		}{in.Resource, in.Holder, keys})
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MASTER\tTOKEN\tTTL\tQUEUED\tHEAD\tNOTE")
+	for _, k := range keys {
+		token, ttl, note := k.Token, (time.Duration(k.TTLms) * time.Millisecond).String(), ""
+		switch {
+		case k.Error != "":
+			token, ttl, note = "?", "?", k.Error
+		case k.WrongType:
+			token, note = "-", "a key of another type"
+		case token == "":
+			token, ttl = "-", "-"
+		case token == "q":
+			note = "kept for the fair queue's head"
+		case k.TTLms < 0:
+			ttl = "none"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", k.Addr, token, ttl, k.Queued, dash(k.Head), note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "holder: %s\n", dash(in.Holder))
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// runRelease is `redlock-bench release`.
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	inv, err := parseOps("release", args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	client, done, err := opsClient(inv)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
+		return exitUsage
+	}
+	defer done()
+	n, err := client.Release(ctx, inv.resource, inv.token)
+	if errors.Is(err, redlock.ErrInvalidArgument) {
+		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
+		return exitUsage
+	}
+	if inv.flags.format == "json" {
+		out := struct {
+			Released int    `json:"released"`
+			Masters  int    `json:"masters"`
+			Error    string `json:"error,omitempty"`
+		}{n, len(inv.masters), ""}
+		if err != nil {
+			out.Error = oneLine(err)
+		}
+		_ = json.NewEncoder(stdout).Encode(out)
+	} else {
+		fmt.Fprintf(stdout, "released on %d of %d masters\n", n, len(inv.masters))
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
+		return exitError
+	case n == 0:
+		return exitNotHeld
+	}
+	return exitOK
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/internal/harness/redisserver"
+	"quorumlock.dev/internal/harness/redistest"
+	"quorumlock.dev/redlock"
+)
+
+// TestInspectAndReleaseCommands: inspect shows the holder on every master
+// (exit 0), release by its token frees it (exit 0, released on 3 of 3);
+// then inspect finds no holder and release nothing to free (exit 3); bad
+// flags exit 2.
+func TestInspectAndReleaseCommands(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 3, redisserver.Options{})
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	conns := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		conns[i] = redistest.Client(t, s.Addr())
+	}
+	client, err := redlock.New(goredis.Masters(conns...))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	l, err := client.TryLock(context.Background(), "job:1", time.Minute)
+	require.NoError(t, err)
+	list := strings.Join(addrs, ",")
+
+	code, out, errOut := runCmd(t, "inspect", "-addrs", list, "-resource", "job:1", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var in struct {
+		Resource, Holder string
+		Masters          []struct {
+			Addr, Token string
+			TTLms       int64 `json:"ttl_ms"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &in), out)
+	assert.Equal(t, l.Token(), in.Holder)
+	require.Len(t, in.Masters, 3)
+	for _, m := range in.Masters {
+		assert.Equal(t, l.Token(), m.Token)
+		assert.Greater(t, m.TTLms, int64(50_000))
+	}
+	code, out, _ = runCmd(t, "inspect", "-addrs", list, "-resource", "job:1")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, out, "holder: "+l.Token())
+
+	code, out, errOut = runCmd(t, "release", "-addrs", list, "-resource", "job:1", "-token", "someone-else")
+	assert.Equal(t, exitNotHeld, code, errOut)
+	assert.Contains(t, out, "released on 0 of 3 masters")
+	code, out, errOut = runCmd(t, "release", "-addrs", list, "-resource", "job:1", "-token", l.Token())
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "released on 3 of 3 masters")
+	for _, c := range conns {
+		assert.Equal(t, redis.Nil, c.Get(context.Background(), "lock:job:1").Err(), "the key is still there")
+	}
+	code, out, _ = runCmd(t, "inspect", "-addrs", list, "-resource", "job:1")
+	assert.Equal(t, exitNotHeld, code)
+	assert.Contains(t, out, "holder: -")
+
+	for _, args := range [][]string{
+		{"inspect", "-addrs", list},
+		{"inspect", "-resource", "job:1"},
+		{"inspect", "-addrs", list, "-resource", "a\nb"},
+		{"release", "-addrs", list, "-resource", "job:1"},
+		{"release", "-addrs", list, "-resource", "job:1", "-token", "q"},
+		{"inspect", "-addrs", list, "-resource", "job:1", "-o", "csv"},
+	} {
+		code, _, errOut := runCmd(t, args...)
+		assert.Equal(t, exitUsage, code, "%q: %s", args, errOut)
+	}
+}
