@@ -366,3 +366,39 @@ type seedCall struct {
 func seed(ctx context.Context, a seedCall) (any, error) {
 	return a.node.Eval(ctx, seedScript, []string{a.key}, a.floor)
 }
+
+// readScript reads a counter: its decimal value, or false when it is missing.
+var readScript = driver.NewScript("return redis.call('GET', KEYS[1])")
+
+// Last reads the counter of resource without changing it: the last fence
+// minted for it (or the value a Seed raised it to), and false when the node
+// has no counter for it (none minted yet, or the key was lost: the next
+// mint starts from the node's clock). For an operator's inspection
+// (redlock's Client.Inspect); it is bounded like [RedisCounter.Mint].
+func (c *RedisCounter) Last(ctx context.Context, resource string) (uint64, bool, error) {
+	if err := names.Resource(resource); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	key := Key(resource)
+	v, err := bounded.Call(ctx, c.timeout, read, mintCall{c.node, key})
+	if err != nil {
+		return 0, false, fmt.Errorf("fence: read %s: %w", key, err)
+	}
+	switch v := v.(type) {
+	case nil:
+		return 0, false, nil
+	case string:
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			return n, true, nil
+		}
+	}
+	return 0, false, fmt.Errorf("%w: %s holds %v, not a counter", ErrCounter, key, v)
+}
+
+func read(ctx context.Context, a mintCall) (any, error) {
+	v, err := a.node.Eval(ctx, readScript, []string{a.key})
+	if errors.Is(err, driver.Nil) {
+		return nil, nil
+	}
+	return v, err
+}

@@ -516,6 +516,28 @@ func TestCounterNodeRestartedEmpty(t *testing.T) {
 	assert.Greater(t, v, after)
 }
 
+// TestLast: the counter read without minting: nothing before the first
+// mint, the last fence after it, and a typed error for a key that holds no
+// counter.
+func TestLast(t *testing.T) {
+	srv, c := newCounter(t)
+	ctx := t.Context()
+	_, ok, err := c.Last(ctx, "a:1")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	minted := mintN(t, c, "a:1", 3)
+	v, ok, err := c.Last(ctx, "a:1")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, minted[2], v)
+	assert.Equal(t, minted[2]+1, mintN(t, c, "a:1", 1)[0], "Last minted")
+	require.NoError(t, srv.Set(Key("b:1"), "text"))
+	_, _, err = c.Last(ctx, "b:1")
+	assert.ErrorIs(t, err, ErrCounter)
+	_, _, err = c.Last(ctx, "")
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
 // TestSeedAboveMinted: a seed below what this process minted would hand the
 // same fences out again, so the minted value wins.
 func TestSeedAboveMinted(t *testing.T) {

@@ -32,6 +32,20 @@ type Inspection struct {
 	// nobody holds the lock, or the keys are split between attempts.
 	Holder  string
 	Masters []MasterKey
+	// Fence is the fence counter's value for the resource ([WithFence]):
+	// the last fence minted, or a value Seed raised it to. FenceKnown is
+	// false without a fence, when the counter has none for the resource,
+	// or when it cannot be read (FenceErr, or a counter that cannot say,
+	// such as etcd's).
+	Fence      uint64
+	FenceKnown bool
+	FenceErr   error
+}
+
+// fenceReader is a [Minter] that can read its counter without minting
+// (fence.RedisCounter, pgfence.Counter).
+type fenceReader interface {
+	Last(ctx context.Context, resource string) (uint64, bool, error)
 }
 
 // MasterKey is what one master holds for a resource.
@@ -108,6 +122,11 @@ func (c *Client) Inspect(ctx context.Context, resource string) (Inspection, erro
 				out.Holder = k.Token
 			}
 		}
+	}
+	if r, ok := c.cfg.minter.(fenceReader); ok {
+		fctx, cancel := context.WithTimeout(ctx, c.cfg.nodeTimeout)
+		out.Fence, out.FenceKnown, out.FenceErr = r.Last(fctx, resource)
+		cancel()
 	}
 	if len(errs) > len(c.masters)-c.quorum {
 		return out, errors.Join(append([]error{ErrQuorumUnavailable}, errs...)...)

@@ -9,7 +9,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/fence"
 )
 
 // TestInspect: what each master holds for a resource, read without
@@ -158,6 +162,7 @@ func TestInspectRealServer(t *testing.T) {
 				assert.Greater(t, k.TTL, 50*time.Second)
 				assert.LessOrEqual(t, k.TTL, time.Minute)
 			}
+			assert.False(t, in.FenceKnown, "a fence without WithFence")
 			in, err = c.Inspect(ctx, "hash")
 			require.NoError(t, err)
 			assert.True(t, in.Masters[0].WrongType)
@@ -168,4 +173,35 @@ func TestInspectRealServer(t *testing.T) {
 			assert.ErrorIs(t, l.Unlock(ctx), ErrLockNotHeld, "the holder's keys were not released")
 		})
 	}
+}
+
+// TestInspectFence: the inspection reads the fence counter's value without
+// minting: none before the first lock, the lock's fence after it, the same
+// after another Inspect.
+func TestInspectFence(t *testing.T) {
+	_, masters := miniMasters(t, 3)
+	node := miniredis.RunT(t)
+	counter, err := fence.NewRedisCounter(goredis.Conn(newClient(t, node.Addr())))
+	require.NoError(t, err)
+	c, err := New(masters, WithFence(counter))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	in, err := c.Inspect(ctx, "job")
+	require.NoError(t, err)
+	assert.False(t, in.FenceKnown, "a counter before any mint")
+	assert.NoError(t, in.FenceErr)
+	l, err := c.TryLock(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	f, _ := l.Fence()
+	for range 2 {
+		in, err = c.Inspect(ctx, "job")
+		require.NoError(t, err)
+		assert.True(t, in.FenceKnown)
+		assert.Equal(t, f, in.Fence, "Inspect minted, or read another value")
+	}
+	node.Set(fence.Key("job"), "x")
+	in, err = c.Inspect(ctx, "job")
+	require.NoError(t, err)
+	assert.ErrorIs(t, in.FenceErr, fence.ErrCounter)
 }

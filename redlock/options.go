@@ -101,7 +101,10 @@ type nodeMinter interface {
 	Node() driver.Conn
 }
 
-var _ nodeMinter = (*fence.RedisCounter)(nil)
+var (
+	_ nodeMinter  = (*fence.RedisCounter)(nil)
+	_ fenceReader = (*fence.RedisCounter)(nil)
+)
 
 // WithFence makes every lock carry a fencing token minted by m after the
 // quorum is won (see [Lock.Fence]). m must keep its counter on a node that is

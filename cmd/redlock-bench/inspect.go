@@ -14,6 +14,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/fence"
 	"quorumlock.dev/redlock"
 )
 
@@ -26,6 +27,7 @@ const (
 type opsInvocation struct {
 	flags    opsFlags
 	masters  []*redis.Options
+	fence    *redis.Options // inspect's -fence-addr; nil without
 	resource string
 	token    string // release only
 }
@@ -34,7 +36,7 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 	fs := flag.NewFlagSet("redlock-bench "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	inv := &opsInvocation{}
-	inv.flags.register(fs, false)
+	inv.flags.register(fs, name == "inspect")
 	fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (required)")
 	if name == "release" {
 		fs.StringVar(&inv.token, "token", "", "the holder's token, as inspect shows it (required)")
@@ -61,7 +63,7 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 		return nil, err
 	}
 	var err error
-	if inv.masters, _, err = inv.flags.resolve(fs); err != nil {
+	if inv.masters, inv.fence, err = inv.flags.resolve(fs); err != nil {
 		return nil, err
 	}
 	if inv.resource == "" {
@@ -89,8 +91,20 @@ func opsClient(inv *opsInvocation) (*redlock.Client, func(), error) {
 		clients = append(clients, c)
 		masters[i] = goredis.Conn(c)
 	}
-	// The TTL check of New's options does not apply: no lock is taken.
-	client, err := redlock.New(masters, redlock.WithNodeTimeout(inv.flags.nodeTimeout))
+	opts := []redlock.Option{redlock.WithNodeTimeout(inv.flags.nodeTimeout)}
+	if inv.fence != nil {
+		o := inv.fence
+		o.MaxRetries, o.ContextTimeoutEnabled, o.DialTimeout, o.PoolSize = -1, true, inv.flags.nodeTimeout, 2
+		c := redis.NewClient(o)
+		clients = append(clients, c)
+		counter, err := fence.NewRedisCounter(goredis.Conn(c), fence.WithTimeout(inv.flags.nodeTimeout))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		opts = append(opts, redlock.WithFence(counter))
+	}
+	client, err := redlock.New(masters, opts...)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
@@ -159,11 +173,16 @@ func writeInspection(w io.Writer, in redlock.Inspection, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		var f *uint64
+		if in.FenceKnown {
+			f = &in.Fence
+		}
 		return enc.Encode(struct {
 			Resource string         `json:"resource"`
 			Holder   string         `json:"holder"`
+			Fence    *uint64        `json:"fence,omitempty"`
 			Masters  []inspectedKey `json:"masters"`
-		}{in.Resource, in.Holder, keys})
+		}{in.Resource, in.Holder, f, keys})
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MASTER\tTOKEN\tTTL\tQUEUED\tHEAD\tNOTE")
@@ -186,7 +205,16 @@ func writeInspection(w io.Writer, in redlock.Inspection, format string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "holder: %s\n", dash(in.Holder))
+	if _, err := fmt.Fprintf(w, "holder: %s\n", dash(in.Holder)); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case in.FenceErr != nil:
+		_, err = fmt.Fprintf(w, "fence: ? (%s)\n", oneLine(in.FenceErr))
+	case in.FenceKnown:
+		_, err = fmt.Fprintf(w, "fence: %d (the last minted)\n", in.Fence)
+	}
 	return err
 }
 

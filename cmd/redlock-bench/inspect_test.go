@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver/goredis"
+	"quorumlock.dev/fence"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock"
@@ -58,6 +60,16 @@ func TestInspectAndReleaseCommands(t *testing.T) {
 	code, out, _ = runCmd(t, "inspect", "-addrs", list, "-resource", "job:1")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, out, "holder: "+l.Token())
+	assert.NotContains(t, out, "fence:", "a fence without -fence-addr")
+
+	counterSrv := redistest.Start(t, redisserver.Options{})
+	counter, err := fence.NewRedisCounter(goredis.Conn(redistest.Client(t, counterSrv.Addr())))
+	require.NoError(t, err)
+	f, err := counter.Mint(context.Background(), "job:1")
+	require.NoError(t, err)
+	code, out, errOut = runCmd(t, "inspect", "-addrs", list, "-fence-addr", counterSrv.Addr(), "-resource", "job:1")
+	assert.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, fmt.Sprintf("fence: %d (the last minted)", f))
 
 	code, out, errOut = runCmd(t, "release", "-addrs", list, "-resource", "job:1", "-token", "someone-else")
 	assert.Equal(t, exitNotHeld, code, errOut)

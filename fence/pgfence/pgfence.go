@@ -317,3 +317,24 @@ func (g Guard) update(ctx context.Context, db DB, token uint64, set, where strin
 func (g Guard) admits(stored int64, token uint64) bool {
 	return uint64(stored) < token || (g.Compare == fence.AtLeast && uint64(stored) == token)
 }
+
+// Last reads the counter of resource without changing it: the last fence
+// minted for it (or the value a Seed raised it to), and false when the table
+// has no row for it. For an operator's inspection (redlock's
+// Client.Inspect).
+func (c *Counter) Last(ctx context.Context, resource string) (uint64, bool, error) {
+	if err := names.Resource(resource); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", fence.ErrInvalidArgument, err)
+	}
+	var v int64
+	err := c.db.QueryRow(ctx, `SELECT value FROM quorumlock_fence WHERE resource = $1`, resource).Scan(&v)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("fence: read %s: %w", resource, err)
+	case v <= 0:
+		return 0, false, fmt.Errorf("%w: %s is %d", fence.ErrCounter, resource, v)
+	}
+	return uint64(v), true, nil
+}

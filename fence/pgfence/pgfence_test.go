@@ -84,6 +84,17 @@ func TestCounterMint(t *testing.T) {
 	other, err := c.Mint(ctx, "alloc:WH-02")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), other, "each resource has its own counter")
+
+	last, ok, err := c.Last(ctx, "alloc:WH-01")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, uint64(5), last, "Last reads the last fence minted")
+	_, ok, err = c.Last(ctx, "alloc:WH-03")
+	require.NoError(t, err)
+	assert.False(t, ok, "no row: no fence yet")
+	next, err := c.Mint(ctx, "alloc:WH-01")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(6), next, "Last minted")
 }
 
 // TestCounterConcurrent: concurrent mints never repeat a value and leave no gap when nothing
