@@ -152,6 +152,16 @@ func TestInspectRealServer(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			l, err := c.TryLock(ctx, "job", time.Minute)
 			require.NoError(t, err)
+			// TryLock returns at a majority: the last SET may land later.
+			require.Eventually(t, func() bool {
+				in, err := c.Inspect(ctx, "job")
+				for _, k := range in.Masters {
+					if k.Token != l.Token() {
+						return false
+					}
+				}
+				return err == nil
+			}, 10*time.Second, 10*time.Millisecond, "the lock's key is not on every master")
 			_, err = masters[0].Eval(ctx, driver.NewScript("redis.call('HSET', KEYS[1], 'f', 'v') return 1"), []string{"lock:hash"})
 			require.NoError(t, err)
 			in, err := c.Inspect(ctx, "job")

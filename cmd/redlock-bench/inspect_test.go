@@ -40,6 +40,15 @@ func TestInspectAndReleaseCommands(t *testing.T) {
 	l, err := client.TryLock(context.Background(), "job:1", time.Minute)
 	require.NoError(t, err)
 	list := strings.Join(addrs, ",")
+	// TryLock returns at a majority: the last SET may land later.
+	require.Eventually(t, func() bool {
+		for _, c := range conns {
+			if v, _ := c.Get(context.Background(), "lock:job:1").Result(); v != l.Token() {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the lock's key is not on every master")
 
 	code, out, errOut := runCmd(t, "inspect", "-addrs", list, "-resource", "job:1", "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
