@@ -82,6 +82,23 @@ func ExampleClient_Lock() {
 	// Output: holding report:nightly on a majority of 5 masters
 }
 
+// settled waits until every master holds token for resource: TryLock
+// returns once a majority agreed, and the last SET may land a little later.
+// Only the examples' fixed output needs it.
+func settled(ctx context.Context, client *redlock.Client, resource, token string) {
+	for range 1000 {
+		in, err := client.Inspect(ctx, resource)
+		all := err == nil
+		for _, k := range in.Masters {
+			all = all && k.Token == token
+		}
+		if all {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // ExampleClient_Inspect: who holds a lock on each master, and the
 // break-glass release of a holder that is gone.
 func ExampleClient_Inspect() {
@@ -92,9 +109,11 @@ func ExampleClient_Inspect() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := client.TryLock(ctx, "invoice:2026-12", time.Minute); err != nil { // a holder that then died
+	gone, err := client.TryLock(ctx, "invoice:2026-12", time.Minute) // a holder that then died
+	if err != nil {
 		log.Fatal(err)
 	}
+	settled(ctx, client, "invoice:2026-12", gone.Token())
 
 	in, err := client.Inspect(ctx, "invoice:2026-12")
 	if err != nil {

@@ -111,6 +111,7 @@ func TestRelease(t *testing.T) {
 		gone := virtualClient(t, masters) // a process that died holding the lock
 		l, err := gone.TryLock(ctx, "job", time.Minute)
 		require.NoError(t, err)
+		synctest.Wait() // TryLock returns at a majority: the last SETs land now
 		servers[0].Set("lock:job", "newer", time.Minute) // another holder's key there
 
 		for _, bad := range []string{"", "q", "a\nb"} {
