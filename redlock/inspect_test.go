@@ -112,6 +112,7 @@ func TestRelease(t *testing.T) {
 		l, err := gone.TryLock(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		synctest.Wait() // TryLock returns at a majority: the last SETs land now
+
 		servers[0].Set("lock:job", "newer", time.Minute) // another holder's key there
 
 		for _, bad := range []string{"", "q", "a\nb"} {
