@@ -112,9 +112,10 @@ func opsClient(inv *opsInvocation) (*redlock.Client, func(), error) {
 	return client, func() { _ = client.Close(); closeAll() }, nil
 }
 
-// runInspect is `redlock-bench inspect`.
-func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	inv, err := parseOps("inspect", args, stderr)
+// runOps parses a command line of command name, makes its client, and runs
+// fn with them; bad flags or a client New refuses exit 2.
+func runOps(name string, args []string, stderr io.Writer, fn func(*opsInvocation, *redlock.Client) int) int {
+	inv, err := parseOps(name, args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -123,10 +124,21 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	client, done, err := opsClient(inv)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "redlock-bench %s: %s\n", name, oneLine(err))
 		return exitUsage
 	}
 	defer done()
+	return fn(inv, client)
+}
+
+// runInspect is `redlock-bench inspect`.
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runOps("inspect", args, stderr, func(inv *opsInvocation, client *redlock.Client) int {
+		return inspect(ctx, inv, client, stdout, stderr)
+	})
+}
+
+func inspect(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
 	in, err := client.Inspect(ctx, inv.resource)
 	if errors.Is(err, redlock.ErrInvalidArgument) {
 		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
@@ -227,19 +239,12 @@ func dash(s string) string {
 
 // runRelease is `redlock-bench release`.
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	inv, err := parseOps("release", args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	client, done, err := opsClient(inv)
-	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
-		return exitUsage
-	}
-	defer done()
+	return runOps("release", args, stderr, func(inv *opsInvocation, client *redlock.Client) int {
+		return release(ctx, inv, client, stdout, stderr)
+	})
+}
+
+func release(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
 	n, err := client.Release(ctx, inv.resource, inv.token)
 	if errors.Is(err, redlock.ErrInvalidArgument) {
 		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
