@@ -9,20 +9,14 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/quorum"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // call is one call to master i: f on its connection, through the master's
 // breaker. When the breaker holds the call back, f is not called and the
 // error is errStuck; otherwise the breaker records f's outcome (see exit).
 func call[T any](c *Client, ctx context.Context, i int, f func(context.Context, driver.Conn) (T, error)) (T, error) {
-	ok, probe := c.enter(i)
-	if !ok {
-		var zero T
-		return zero, errStuck
-	}
-	v, err := f(ctx, c.masters[i])
-	c.exit(ctx, i, probe, err)
-	return v, err
+	return wait.Call(policyCore{c}, ctx, i, f)
 }
 
 // vote is master i's vote in an acquisition whose call returned agreed and

@@ -15,32 +15,45 @@ import (
 // (late: also those that refused after it was decided), each bounded by
 // the node timeout; a master that did not answer in time has OK false.
 func (c *Client) readHolders(ctx context.Context, round *quorum.Round, key string, late bool) []push.Holder {
-	n := len(c.masters)
-	var mu sync.Mutex // the calls that time out write after Do returned
-	replies := make([]push.Holder, n)
-	over := false
 	keys := []string{key}
-	quorum.Group{Nodes: n, Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	replies, _ := readEach(c, ctx, func(ctx context.Context, i int) (push.Holder, bool, error) {
 		if round.Answer(i) != quorum.Refused && !(late && wait.Refused(round, i)) {
-			return true, nil
+			return push.Holder{}, false, nil
 		}
 		vals, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) ([]any, error) {
 			return wait.EvalSlice(ctx, m, holderScript, keys)
 		})
 		if err != nil || len(vals) != 2 {
-			return false, err
+			return push.Holder{}, false, err
 		}
-		r := push.HolderOf(vals[0], vals[1])
-		mu.Lock()
-		if !over {
-			replies[i] = r
+		return push.HolderOf(vals[0], vals[1]), true, nil
+	})
+	return replies
+}
+
+// readEach runs read on every master, each bounded by the node timeout, and
+// returns what each read (the zero T for a master whose read failed,
+// returned false, or did not return in time) and the round. A read that
+// returns after the round ended is dropped.
+func readEach[T any](c *Client, ctx context.Context, read func(ctx context.Context, i int) (T, bool, error)) ([]T, *quorum.Round) {
+	n := len(c.masters)
+	var mu sync.Mutex // the calls that time out write after Do returned
+	out := make([]T, n)
+	over := false
+	round := quorum.Group{Nodes: n, Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+		v, ok, err := read(ctx, i)
+		if ok && err == nil {
+			mu.Lock()
+			if !over {
+				out[i] = v
+			}
+			mu.Unlock()
 		}
-		mu.Unlock()
-		return true, nil
+		return err == nil, err
 	})
 	mu.Lock()
 	over = true
-	out := slices.Clone(replies)
+	kept := slices.Clone(out)
 	mu.Unlock()
-	return out
+	return kept, round
 }

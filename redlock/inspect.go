@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/names"
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/wait"
@@ -76,34 +76,24 @@ type MasterKey struct {
 // when a majority could not be, with the masters that could in the
 // Inspection all the same. A bad resource is [ErrInvalidArgument].
 func (c *Client) Inspect(ctx context.Context, resource string) (Inspection, error) {
-	if err := c.check(resource, time.Minute); err != nil {
-		return Inspection{}, err
+	if err := names.Resource(resource); err != nil {
+		return Inspection{}, invalid("%v", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return Inspection{}, err
 	}
-	out := Inspection{Resource: resource, Masters: make([]MasterKey, len(c.masters))}
 	keys := []string{"lock:" + resource}
-	var mu sync.Mutex // calls that time out write after Do returned: dropped
-	over := false
-	round := quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	masters, round := readEach(c, ctx, func(ctx context.Context, i int) (MasterKey, bool, error) {
 		vals, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) ([]any, error) {
 			return wait.EvalSlice(ctx, m, inspectScript, keys)
 		})
-		k, perr := masterKey(vals)
-		if err == nil {
-			err = perr
+		if err != nil {
+			return MasterKey{}, false, err
 		}
-		mu.Lock()
-		if !over {
-			out.Masters[i] = k
-		}
-		mu.Unlock()
-		return err == nil, err
+		k, err := masterKey(vals)
+		return k, err == nil, err
 	})
-	mu.Lock()
-	over = true
-	mu.Unlock()
+	out := Inspection{Resource: resource, Masters: masters}
 	counts := map[string]int{}
 	var errs []error
 	for i := range out.Masters {
@@ -140,9 +130,6 @@ const reservedToken = "q"
 
 // masterKey reads inspect.lua's reply.
 func masterKey(vals []any) (MasterKey, error) {
-	if vals == nil {
-		return MasterKey{}, nil
-	}
 	bad := fmt.Errorf("%w: %v from the inspect script", driver.ErrUnexpectedReply, vals)
 	if len(vals) != 6 {
 		return MasterKey{}, bad
@@ -174,38 +161,43 @@ const maxInspectTTL = int64(1<<63-1) / int64(time.Millisecond)
 // that holds another token (a newer holder's) is never touched; a fair
 // queue's head is handed the key as by any release. It is the break-glass
 // for a lock whose holder is gone (read its token with [Client.Inspect]),
-// and returns how many masters held token. The holder, if alive, is not
+// and returns how many masters held token. It is the lock's own release:
+// one that gets no reply is tried again in the background, as Unlock's is. The holder, if alive, is not
 // told: its Lock still reads as held until its lease ends, so release only
 // a holder known to be gone (docs/operations.md). Errors:
 // [ErrInvalidArgument] for a bad resource or an empty token or the
 // reservation "q", [ErrQuorumUnavailable] when a majority could not be
 // asked, joined with each master's error.
 func (c *Client) Release(ctx context.Context, resource, token string) (int, error) {
-	if err := c.check(resource, time.Minute); err != nil {
-		return 0, err
+	if err := names.Resource(resource); err != nil {
+		return 0, invalid("%v", err)
 	}
 	if token == "" || token == reservedToken || strings.IndexFunc(token, func(r rune) bool { return r < 0x20 }) >= 0 {
 		return 0, invalid("token %q is no holder's token", token)
 	}
-	keys, args := []string{"lock:" + resource}, []any{token}
-	round := quorum.Group{Nodes: len(c.masters), Timeout: c.cfg.nodeTimeout}.Do(context.WithoutCancel(ctx), func(ctx context.Context, i int) (bool, error) {
-		n, err := call(c, ctx, i, func(ctx context.Context, m driver.Conn) (int64, error) {
-			return wait.EvalInt(ctx, m, releaseScript, keys, args...)
-		})
-		return n == 1, err
-	})
-	var errs []error
-	for i := range c.masters {
-		if _, err, ok := round.Returned(i); !ok || err != nil {
-			if !ok {
-				err = quorum.ErrTimeout
-			}
-			errs = append(errs, c.masterError(i, "release", err))
+	// The lock's own release, as if the gone holder unlocked: every master,
+	// a release that gets no reply tried again in the background.
+	l := newLock(c, resource, token)
+	everywhere := make([]bool, len(c.masters))
+	for i := range everywhere {
+		everywhere[i] = true
+	}
+	released := l.releaseAll(ctx, quorum.Settled(everywhere), nil)
+	held, failed := 0, 0
+	for i := range released {
+		switch released[i].state.Load() {
+		case releasedHeld:
+			held++
+		case releasedNotOurs:
+		default:
+			failed++
 		}
 	}
-	released := round.Count(quorum.Agreed)
-	if len(errs) > len(c.masters)-c.quorum {
-		return released, errors.Join(append([]error{ErrQuorumUnavailable}, errs...)...)
+	switch {
+	case failed > len(c.masters)-c.quorum:
+		return held, l.releaseError(ErrQuorumUnavailable, released)
+	case failed > 0:
+		return held, l.releaseError(nil, released) // each master that failed
 	}
-	return released, errors.Join(errs...)
+	return held, nil
 }

@@ -176,64 +176,42 @@ func TestUnreachable(t *testing.T) {
 	assert.NoError(t, rep.Err())
 }
 
-// TestFenceCounterPersistence: a counter node that can come back older
-// than the fences handed out (snapshots only) is a problem; one with no
-// persistence at all comes back empty, and its counters restart from the
-// node's clock above every earlier fence (fence's
-// TestCounterNodeRestartedEmpty): a warning.
-func TestFenceCounterPersistence(t *testing.T) {
-	t.Parallel()
-	_, m := startNode(t)
-	_, none := startNode(t, "--save", "")
-	_, snapshots := startNode(t, "--save", "60 1")
-	for _, tc := range []struct {
-		name string
-		node *redis.Client
-		want Status
-	}{
-		{"no persistence", none, Warning},
-		{"snapshots only", snapshots, Problem},
-	} {
-		rep := nodes(t, []*redis.Client{m}, tc.node)
-		require.NotNil(t, rep.Fence, tc.name)
-		st := statuses(*rep.Fence)
-		assert.Equal(t, tc.want, st["appendonly"], tc.name)
-		assert.Equal(t, OK, st["appendfsync"], "%s: not used without appendonly", tc.name)
-		if tc.want == Problem {
-			require.ErrorIs(t, rep.Err(), ErrUnsafe, tc.name)
-		} else {
-			assert.NoError(t, rep.Err(), tc.name)
-		}
-	}
-}
-
 // TestFenceCounter: the counter's node is judged by stricter rules than a
-// master's: anything short of full durability is a problem.
+// master's. What can bring a counter back older than the fences handed out
+// is a problem (appendfsync everysec, snapshots only); no persistence at
+// all brings it back empty, and its counters restart from the node's clock
+// above every earlier fence (fence's TestCounterNodeRestartedEmpty): a
+// warning. Only full durability is OK.
 func TestFenceCounter(t *testing.T) {
 	t.Parallel()
 	_, m := startNode(t)
 	_, durable := startNode(t, "--appendonly", "yes", "--appendfsync", "always")
 	_, weak := startNode(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	_, none := startNode(t, "--save", "")
+	_, snapshots := startNode(t, "--save", "60 1")
 	for _, tc := range []struct {
-		name string
-		node *redis.Client
-		want Status
+		name              string
+		node              *redis.Client
+		appendonly, fsync Status
+		worstIsProblem    bool
 	}{
-		{"durable", durable, OK},
-		{"everysec", weak, Problem},
+		{"durable", durable, OK, OK, false},
+		{"everysec", weak, OK, Problem, true},
+		{"no persistence", none, Warning, OK, false},
+		{"snapshots only", snapshots, Problem, OK, true},
 	} {
 		rep := nodes(t, []*redis.Client{m}, tc.node)
 		require.NotNil(t, rep.Fence, tc.name)
 		assert.Equal(t, "fence counter", rep.Fence.Node)
 		st := statuses(*rep.Fence)
-		assert.Equal(t, tc.want, st["appendfsync"], tc.name)
-		assert.Equal(t, OK, st["appendonly"], tc.name)
+		assert.Equal(t, tc.appendonly, st["appendonly"], tc.name)
+		assert.Equal(t, tc.fsync, st["appendfsync"], tc.name)
 		assert.Equal(t, OK, st["no-appendfsync-on-rewrite"], tc.name)
-		if tc.want == Problem {
-			require.ErrorIs(t, rep.Err(), ErrUnsafe)
+		if tc.worstIsProblem {
+			require.ErrorIs(t, rep.Err(), ErrUnsafe, tc.name)
 			assert.Contains(t, rep.Err().Error(), "fence counter")
 		} else {
-			assert.NoError(t, rep.Err())
+			assert.NoError(t, rep.Err(), tc.name)
 		}
 	}
 }
