@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -513,4 +514,46 @@ func TestReturned(t *testing.T) {
 		return ok && agreed && err == nil
 	}, 5*time.Second, time.Millisecond)
 	assert.Equal(t, Pending, r.Answer(3), "the round's answers changed after it ended")
+}
+
+// TestRoundDone: Done stays open while a call of the round runs, after the
+// round was decided, and closes once the last call returned, or at the
+// round's timeout when a call hangs; a Settled round's is closed.
+func TestRoundDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release, release2 := make(chan struct{}), make(chan struct{})
+		r := Group{Nodes: 3, Need: 2, Timeout: time.Second}.Do(context.Background(), func(ctx context.Context, node int) (bool, error) {
+			if node == 2 {
+				<-release
+			}
+			return true, nil
+		})
+		require.Equal(t, Pending, r.Answer(2), "decided before the last call")
+		synctest.Wait()
+		select {
+		case <-r.Done():
+			t.Fatal("Done closed while a call runs")
+		default:
+		}
+		close(release)
+		synctest.Wait()
+		select {
+		case <-r.Done():
+		default:
+			t.Fatal("Done not closed once every call returned")
+		}
+
+		hung := Group{Nodes: 3, Need: 2, Timeout: time.Second}.Do(context.Background(), func(ctx context.Context, node int) (bool, error) {
+			if node == 2 {
+				<-release2 // ignores its context, as a hung client would
+			}
+			return true, nil
+		})
+		start := time.Now()
+		<-hung.Done()
+		close(release2)
+		assert.Equal(t, time.Second, time.Since(start), "Done of a round with a hung call closes at its timeout")
+
+		<-Settled([]bool{true, false}).Done()
+	})
 }

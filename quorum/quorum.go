@@ -95,6 +95,18 @@ func (r *Round) Returned(node int) (agreed bool, err error, ok bool) {
 	return n.call.agreed, n.call.err, n.returned
 }
 
+// Done is closed once every call of the round has returned, the round's
+// timeout has passed or Do's ctx has ended: from then on [Round.Returned]
+// changes only for calls that outlive the round.
+func (r *Round) Done() <-chan struct{} {
+	if r.calls == nil { // Settled: no call ran
+		return closed
+	}
+	return r.calls.Done()
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Count is the number of nodes that gave answer a.
 func (r *Round) Count(a Answer) int {
 	switch a {

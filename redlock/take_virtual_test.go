@@ -101,3 +101,55 @@ func TestFailedTakeKeepsEntryVirtual(t *testing.T) {
 		}
 	})
 }
+
+// slowHandoff delays the handoff script (handoff.lua) by delay before it
+// reaches the master, as a slow link to that one master would.
+type slowHandoff struct {
+	full
+	delay time.Duration
+}
+
+func (s slowHandoff) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	if script == fair.HandoffScript {
+		time.Sleep(s.delay)
+	}
+	return s.full.Eval(ctx, script, keys, args...)
+}
+
+// TestHandoffOutrunByLeaveVirtual: a lock handed to a waiter of the same
+// client by a handoff round whose call to one master is slow (within the
+// node timeout) ends with the waiter's key on every master. The waiter,
+// once its Lock returned, removes its queue entry where the round did not;
+// that removal reached the slow master before the handoff did, the handoff
+// then found no head there and released the key instead of handing it:
+// the lock held on 4 of 5 masters (seen ~1 run in 30 of
+// TestFairDirectHandoff on redis-server).
+func TestHandoffOutrunByLeaveVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, mems := memMasters(5)
+		masters := append([]Master(nil), mems...)
+		masters[4] = slowHandoff{full: mems[4].(full), delay: 10 * time.Millisecond}
+		c := virtualClient(t, masters, WithFairness(time.Second))
+		ctx := context.Background()
+
+		holder, err := c.TryLock(ctx, "job", 30*time.Second)
+		require.NoError(t, err)
+		won := make(chan *Lock, 1)
+		go func() {
+			l, err := c.Lock(ctx, "job", time.Minute) // twice the holder's TTL: handed by a round, not passed
+			if assert.NoError(t, err) {
+				won <- l
+			}
+		}()
+		synctest.Wait() // queued on every master
+		require.NoError(t, holder.Unlock(ctx))
+		l := <-won
+		assert.EqualValues(t, 1, fairOf(c).Handed(), "not handed over by a handoff round")
+		time.Sleep(time.Second) // every call and leave of the handoff has ended
+		for i, s := range servers {
+			v, ok := s.Get("lock:job")
+			assert.True(t, ok && v == l.Token(), "master %d: key %q, not the handed lock's", i, v)
+		}
+		require.NoError(t, l.Unlock(ctx))
+	})
+}

@@ -114,15 +114,19 @@ func (p *Policy[L]) Unlock(ctx context.Context, l L, until time.Time, untilBoot 
 // the first loss to a holder queues it.
 type waiter[L Lock] struct {
 	wait.Base[L]
-	c       Core[L]
-	p       *Policy[L]
-	w       *push.Waiter // nil until queued: an uncontended Lock pays nothing
-	q       *queued[L]   // nil until then too
-	grant   <-chan L     // where a release of this client hands us the lock
-	handed  L            // one it handed us, not taken yet (zero: none)
-	took    L            // the lock this call returns (zero: none yet)
-	won     *quorum.Round
-	attempt *replies // what the masters said in the latest queued attempt (nil: none made)
+	c      Core[L]
+	p      *Policy[L]
+	w      *push.Waiter  // nil until queued: an uncontended Lock pays nothing
+	q      *queued[L]    // nil until then too
+	grant  <-chan L      // where a release of this client hands us the lock
+	handed L             // one it handed us, not taken yet (zero: none)
+	took   L             // the lock this call returns (zero: none yet)
+	won    *quorum.Round // took's round
+	// Our entry may be on every master though won removed it on some:
+	// a lock passed on removes none, and a call of an earlier attempt of
+	// ours may put it back where a handoff removed it.
+	everywhere bool
+	attempt    *replies // what the masters said in the latest queued attempt (nil: none made)
 }
 
 // queued is one Lock call that waits in the masters' queues.
@@ -196,11 +200,7 @@ func (f *waiter[L]) Try(ctx context.Context) (L, *quorum.Round, error, bool) {
 		l, err := f.take(ctx, h)
 		if err == nil {
 			f.took, f.won = l, f.c.Round(l)
-			if p.passedOn(l) || p.line.Raced(q.Waiter) {
-				// Our entry is still queued (a lock passed on removes
-				// none), or may be back where the handoff removed it.
-				f.won = nil
-			}
+			f.everywhere = p.passedOn(l) || p.line.Raced(q.Waiter)
 			return l, nil, nil, true
 		}
 		if errors.Is(err, fence.ErrCounterRegressed) {
@@ -346,7 +346,7 @@ func (f *waiter[L]) End(ctx context.Context) {
 		if f.took != none {
 			token = f.took.Token()
 		}
-		p.dequeue(ctx, q, f.won, token) // a lock passed on carries our entry in its stale list
+		p.dequeue(ctx, q, f.won, f.everywhere, token) // a lock passed on carries our entry in its stale list
 	}
 }
 
@@ -571,25 +571,40 @@ func (p *Policy[L]) planQueued(w *push.Waiter, round *quorum.Round, q *queued[L]
 // dequeue removes q's entry in the background, each master bounded by the
 // node timeout, on every master but those whose call in won (the round of
 // the lock it took, whose script removed it; nil when q gave up) returned
-// agreed. A key that a release handed to one of q's tokens there is
-// released too, unless it holds token, the lock's: that one goes with
-// the lock. An entry that a late call adds again expires.
-func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round, token string) {
-	if won != nil && won.Count(quorum.Agreed) == p.c.Masters() {
+// agreed, or on every master when everywhere. Calls of won still running
+// are waited for first, until its round ends: a handoff round's call that
+// hands q the key removes the entry itself, and a leave that reached that
+// master before it left the handoff no head there, so the key was
+// released, not handed (TestHandoffOutrunByLeaveVirtual). A key that a
+// release handed to one of q's tokens there is released too, unless it
+// holds token, the lock's: that one goes with the lock. An entry that a
+// late call adds again expires.
+func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round, everywhere bool, token string) {
+	if won != nil && !everywhere && won.Count(quorum.Agreed) == p.c.Masters() {
 		return
 	}
 	entry := q.Entry
 	if strings.HasPrefix(token, q.prefix) {
 		entry += " " + token
 	}
-	p.leave(ctx, q.keys, []any{entry}, q.TTL, func(i int) bool {
-		if won == nil {
-			return false
-		}
-		// Calls that won after their round ended removed the entry too.
-		agreed, _, ok := won.Returned(i)
-		return ok && agreed
-	})
+	leave := func() {
+		p.leave(ctx, q.keys, []any{entry}, q.TTL, func(i int) bool {
+			if won == nil || everywhere {
+				return false
+			}
+			// Calls that won after their round ended removed the entry too.
+			agreed, _, ok := won.Returned(i)
+			return ok && agreed
+		})
+	}
+	if won == nil || won.Count(quorum.Pending) == 0 {
+		leave()
+		return
+	}
+	go func() {
+		<-won.Done()
+		leave()
+	}()
 }
 
 // leave removes the queue entries of keys (the lock key; entries as
