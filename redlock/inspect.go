@@ -201,3 +201,70 @@ func (c *Client) Release(ctx context.Context, resource, token string) (int, erro
 	}
 	return held, nil
 }
+
+// ForceRelease is the break-glass for keys whose owners are gone and that
+// no one token holds on a majority, such as the leftovers of attempts that
+// split the masters: on each master it releases the key that seen, an
+// earlier [Client.Inspect] of the same masters, found there, with the
+// lock's own compare-and-delete, so a key whose value changed since (a
+// newer holder's) is never touched. A key of another type is left alone
+// (delete it by hand). It returns how many masters still held what seen
+// found. Errors: [ErrInvalidArgument] for an inspection of other masters
+// or a bad resource, [ErrQuorumUnavailable] when a majority could not be
+// asked, each master's error joined.
+func (c *Client) ForceRelease(ctx context.Context, seen Inspection) (int, error) {
+	if err := names.Resource(seen.Resource); err != nil {
+		return 0, invalid("%v", err)
+	}
+	if len(seen.Masters) != len(c.masters) {
+		return 0, invalid("the inspection has %d masters, this client %d", len(seen.Masters), len(c.masters))
+	}
+	for i, m := range seen.Masters {
+		if m.Addr != c.addrs[i] {
+			return 0, invalid("the inspection's master %d is %q, this client's %q", i, m.Addr, c.addrs[i])
+		}
+	}
+	out := make([]release, len(c.masters))
+	for i := range out {
+		out[i].state.Store(releasedNotOurs) // until a release says otherwise
+	}
+	done := make([]bool, len(c.masters))
+	for i, m := range seen.Masters {
+		if done[i] || m.Token == "" || m.WrongType || m.Err != nil {
+			continue
+		}
+		// One release per value seen, on the masters that held it.
+		held := make([]bool, len(c.masters))
+		for j, o := range seen.Masters {
+			if !done[j] && o.Token == m.Token && !o.WrongType && o.Err == nil {
+				held[j], done[j] = true, true
+			}
+		}
+		l := newLock(c, seen.Resource, m.Token)
+		l.refusedClean = true // the others are not this value's
+		released := l.releaseAll(ctx, quorum.Settled(held), nil)
+		for j := range held {
+			if held[j] {
+				out[j].e = released[j].e
+				out[j].state.Store(released[j].state.Load())
+			}
+		}
+	}
+	n, failed := 0, 0
+	for i := range out {
+		switch out[i].state.Load() {
+		case releasedHeld:
+			n++
+		case releaseFailed:
+			failed++
+		}
+	}
+	l := newLock(c, seen.Resource, "")
+	switch {
+	case failed > len(c.masters)-c.quorum:
+		return n, l.releaseError(ErrQuorumUnavailable, out)
+	case failed > 0:
+		return n, l.releaseError(nil, out)
+	}
+	return n, nil
+}

@@ -140,6 +140,48 @@ func TestRelease(t *testing.T) {
 	})
 }
 
+// TestForceRelease: keys that split the masters between attempts whose
+// owners are gone (no token on a majority) are released where they still
+// hold what Inspect saw; a key set since (a newer holder's), a key of
+// another type and a master with no key are left alone; an inspection of
+// other masters is refused.
+func TestForceRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		c := virtualClient(t, masters)
+		servers[0].Set("lock:job", "a", time.Minute)
+		servers[1].Set("lock:job", "a", time.Minute)
+		servers[2].Set("lock:job", "b", time.Minute)
+		servers[3].Set("lock:job", "c", time.Minute)
+		seen, err := c.Inspect(ctx, "job")
+		require.NoError(t, err)
+		require.Empty(t, seen.Holder, "split keys read as held")
+
+		servers[3].Set("lock:job", "newer", time.Minute) // a new holder's key since the inspection
+		n, err := c.ForceRelease(ctx, seen)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n)
+		for i, s := range servers[:3] {
+			_, ok := s.Get("lock:job")
+			assert.False(t, ok, "master %d kept a key seen", i)
+		}
+		v, _ := servers[3].Get("lock:job")
+		assert.Equal(t, "newer", v, "a key set since the inspection was released")
+
+		other := seen
+		other.Masters = seen.Masters[:4]
+		_, err = c.ForceRelease(ctx, other)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		other.Masters = append([]MasterKey(nil), seen.Masters...)
+		other.Masters[0].Addr = "elsewhere:6379"
+		_, err = c.ForceRelease(ctx, other)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = c.ForceRelease(ctx, Inspection{Resource: "", Masters: seen.Masters})
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+	})
+}
+
 // TestInspectRealServer: inspect.lua's replies on redis-server and
 // miniredis read as on memredis: a holder with its TTL, a key of another
 // type, no key.
