@@ -30,6 +30,7 @@ type opsInvocation struct {
 	fence    *redis.Options // inspect's -fence-addr; nil without
 	resource string
 	token    string // release only
+	force    bool   // release -force
 }
 
 func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, error) {
@@ -39,7 +40,8 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 	inv.flags.register(fs, name == "inspect")
 	fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (required)")
 	if name == "release" {
-		fs.StringVar(&inv.token, "token", "", "the holder's token, as inspect shows it (required)")
+		fs.StringVar(&inv.token, "token", "", "the holder's token, as inspect shows it (this or -force)")
+		fs.BoolVar(&inv.force, "force", false, "instead of -token: release, on each master, the key an inspection made now finds there, if it still\nholds that value (keys of attempts whose owners are gone, split between tokens); refused while a token holds a majority")
 	}
 	fs.Usage = func() {
 		if name == "inspect" {
@@ -50,12 +52,15 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 				"Exit status 0 when a token holds a majority, 3 when none does (free, or keys split\n"+
 				"between attempts), 1 when a majority of masters could not be read, 2 on bad flags.\n\n")
 		} else {
-			fmt.Fprintf(fs.Output(), "usage: redlock-bench release -addrs host:port,... -resource R -token T [flags]\n\n"+
+			fmt.Fprintf(fs.Output(), "usage: redlock-bench release -addrs host:port,... -resource R (-token T | -force) [flags]\n\n"+
 				"Break-glass: frees the lock on R held by token T on every master (redlock.Client.Release),\n"+
 				"with the lock's own compare-and-delete: a key that holds another token is never touched.\n"+
 				"Only for a holder known to be gone: a paused holder still believes it holds the lock.\n"+
-				"Exit status 0 when some master held T (all answered), 3 when none did, 1 when a master\n"+
-				"could not be asked, 2 on bad flags.\n\n")
+				"-force inspects first, prints what each master holds, and releases each master's key if it\n"+
+				"still holds what was seen (redlock.Client.ForceRelease): for keys that no token holds on a\n"+
+				"majority. A key of another type is left alone.\n"+
+				"Exit status 0 when some master held T (or what -force saw) and all answered, 3 when none\n"+
+				"did, 1 when a master could not be asked or -force found a holder, 2 on bad flags.\n\n")
 		}
 		fs.PrintDefaults()
 	}
@@ -69,8 +74,8 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 	if inv.resource == "" {
 		return nil, usage(fs, "-resource is required")
 	}
-	if name == "release" && inv.token == "" {
-		return nil, usage(fs, "-token is required (inspect shows it)")
+	if name == "release" && (inv.token == "") == !inv.force {
+		return nil, usage(fs, "give -token (inspect shows it) or -force, one of them")
 	}
 	return inv, nil
 }
@@ -230,6 +235,31 @@ func writeInspection(w io.Writer, in redlock.Inspection, format string) error {
 	return err
 }
 
+// forceRelease is release -force up to its outcome: the inspection it
+// acts on is printed first (in text), and a holder on a majority or an
+// inspection that failed stops it with code.
+func forceRelease(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) (int, error, int) {
+	in, err := client.Inspect(ctx, inv.resource)
+	if errors.Is(err, redlock.ErrInvalidArgument) {
+		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
+		return 0, nil, exitUsage
+	}
+	if inv.flags.format != "json" {
+		fmt.Fprintln(stdout, "seen:")
+		_ = writeInspection(stdout, in, "text")
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "redlock-bench release: the inspection failed, nothing released: %s\n", oneLine(err))
+		return 0, nil, exitError
+	case in.Holder != "":
+		fmt.Fprintf(stderr, "redlock-bench release: %s holds a majority: nothing released (release it with -token if its holder is gone)\n", in.Holder)
+		return 0, nil, exitError
+	}
+	n, err := client.ForceRelease(ctx, in)
+	return n, err, exitOK
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -245,7 +275,16 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func release(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
-	n, err := client.Release(ctx, inv.resource, inv.token)
+	var n int
+	var err error
+	if inv.force {
+		var code int
+		if n, err, code = forceRelease(ctx, inv, client, stdout, stderr); code != exitOK {
+			return code
+		}
+	} else {
+		n, err = client.Release(ctx, inv.resource, inv.token)
+	}
 	if errors.Is(err, redlock.ErrInvalidArgument) {
 		fmt.Fprintf(stderr, "redlock-bench release: %s\n", oneLine(err))
 		return exitUsage

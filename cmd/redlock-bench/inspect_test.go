@@ -93,12 +93,34 @@ func TestInspectAndReleaseCommands(t *testing.T) {
 	assert.Equal(t, exitNotHeld, code)
 	assert.Contains(t, out, "holder: -")
 
+	// Keys split between three attempts whose owners are gone: -force.
+	for i, c := range conns {
+		require.NoError(t, c.Set(context.Background(), "lock:job:2", fmt.Sprintf("gone-%d", i), time.Minute).Err())
+	}
+	code, out, errOut = runCmd(t, "release", "-addrs", list, "-resource", "job:2", "-force")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "seen:")
+	assert.Contains(t, out, "gone-2")
+	assert.Contains(t, out, "released on 3 of 3 masters")
+	for _, c := range conns {
+		assert.Equal(t, redis.Nil, c.Get(context.Background(), "lock:job:2").Err(), "a split key is still there")
+	}
+	held, err := client.TryLock(context.Background(), "job:3", time.Minute)
+	require.NoError(t, err)
+	code, _, errOut = runCmd(t, "release", "-addrs", list, "-resource", "job:3", "-force")
+	assert.Equal(t, exitError, code, "-force released a lock a token holds on a majority")
+	assert.Contains(t, errOut, held.Token())
+	in3, err := client.Inspect(context.Background(), "job:3")
+	require.NoError(t, err)
+	assert.Equal(t, held.Token(), in3.Holder)
+
 	for _, args := range [][]string{
 		{"inspect", "-addrs", list},
 		{"inspect", "-resource", "job:1"},
 		{"inspect", "-addrs", list, "-resource", "a\nb"},
 		{"release", "-addrs", list, "-resource", "job:1"},
 		{"release", "-addrs", list, "-resource", "job:1", "-token", "q"},
+		{"release", "-addrs", list, "-resource", "job:1", "-token", "t", "-force"},
 		{"inspect", "-addrs", list, "-resource", "job:1", "-o", "csv"},
 	} {
 		code, _, errOut := runCmd(t, args...)
