@@ -14,7 +14,14 @@ COUNT   ?= 1
 # cmd/redlock-bench: the CLI and its harnesses, with etcd, gonum/plot, porcupine, HdrHistogram
 # and a progress bar; driver/rueidis and driver/valkey: the adapters of those two clients).
 # ./... stops at their directories: test, lint and deps run them one by one.
-MODULES ?= fence/etcdfence cmd/redlock-bench driver/rueidis driver/valkey
+MODULES ?= fence/etcdfence cmd/redlock-bench driver/rueidis driver/valkey redlock/redlockotel
+
+# The nested modules require the core (and the CLI the two adapters) at its next release, which
+# the repository's workspace, go.work, serves from this checkout: they run in it (MODGO). The
+# root module runs on its own go.mod (ROOTGO): in the workspace it would build with the highest
+# version any module requires, the CLI's golang.org/x/text and go.yaml.in/yaml among them.
+ROOTGO = GOWORK=off $(GO)
+MODGO  = GOWORK=$(CURDIR)/go.work $(GO)
 
 # Debian's PostgreSQL keeps its server binaries off PATH, and deps may install it during this
 # very run, so recipes that need initdb and postgres look for them when they start.
@@ -30,11 +37,11 @@ WITHPG = PATH="$$PATH:$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort | ta
 # bug hunt (the re-injected bugs of -tags simbugs) runs, each bug within 200 schedules.
 PREBUILD = $(GO) test -race -count=1 -run '^$$'
 test: deps lint
-	@$(PREBUILD) $(PKGS) >/dev/null 2>&1 || true
-	$(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
-	$(GO) test -count=1 -run TestSimReplays -timeout 5m ./internal/harness/sim/
-	$(GO) test -tags simbugs -count=1 -timeout 5m ./internal/harness/sim/ -run TestSimFindsBugs -sim.hunt 200
-	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && { $(PREBUILD) ./... >/dev/null 2>&1 || true; } && $(WITHPG) $(GO) test -race -count=1 -p 1 -timeout 12m ./...); done
+	@GOWORK=off $(PREBUILD) $(PKGS) >/dev/null 2>&1 || true
+	$(WITHPG) $(ROOTGO) test -race -count=1 -p 1 -timeout 12m $(PKGS)
+	$(ROOTGO) test -count=1 -run TestSimReplays -timeout 5m ./internal/harness/sim/
+	$(ROOTGO) test -tags simbugs -count=1 -timeout 5m ./internal/harness/sim/ -run TestSimFindsBugs -sim.hunt 200
+	@set -e; for m in $(MODULES); do echo "cd $$m && $(MODGO) test -race -count=1 -p 1 -timeout 12m ./..."; (cd $$m && { GOWORK=$(CURDIR)/go.work $(PREBUILD) ./... >/dev/null 2>&1 || true; } && $(WITHPG) $(MODGO) test -race -count=1 -p 1 -timeout 12m ./...); done
 
 # The benchmark CLI on its embedded default: in-process servers, no Redis needed.
 bench:
@@ -93,21 +100,21 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@if git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- . >/dev/null 2>&1; then echo "merge conflict markers:"; git grep -n -E '^(<<<<<<<|>>>>>>>)( |$$)' -- .; exit 1; fi
-	$(GO) vet ./... && $(GO) vet -tags simbugs ./internal/harness/sim/
-	@set -e; for m in $(MODULES); do echo "cd $$m && $(GO) vet ./..."; (cd $$m && $(GO) vet ./...); done
+	$(ROOTGO) vet ./... && $(ROOTGO) vet -tags simbugs ./internal/harness/sim/
+	@set -e; for m in $(MODULES); do echo "cd $$m && $(MODGO) vet ./..."; (cd $$m && $(MODGO) vet ./...); done
 	@# The library links none of the CLI's dependencies: they are the cmd/redlock-bench module's.
-	@if $(GO) list -deps ./redlock/... ./fence/... | grep -E 'etcd|gonum|porcupine|hdrhistogram|progressbar|quorumlock.dev/cmd/'; then \
+	@if $(ROOTGO) list -deps ./redlock/... ./fence/... | grep -E 'etcd|gonum|porcupine|hdrhistogram|progressbar|quorumlock.dev/cmd/'; then \
 		echo "the library's packages import the CLI's dependencies (above)"; exit 1; fi
 	@# The lock and the fence reach Redis through the driver seam only: the go-redis adapter is
 	@# driver/goredis, and no package of the lock's or the fence's imports it.
-	@if $(GO) list -deps ./driver ./redlock/... ./fence/... | grep -E 'go-redis|quorumlock.dev/driver/'; then \
+	@if $(ROOTGO) list -deps ./driver ./redlock/... ./fence/... | grep -E 'go-redis|quorumlock.dev/driver/'; then \
 		echo "the lock or the fence imports a Redis client (above): only driver adapters may"; exit 1; fi
 	@# Adapters import only the seam (the root module's, goredis, is held to it by internal/layering).
 	@set -e; for m in driver/rueidis driver/valkey; do \
-		if (cd $$m && $(GO) list -f '{{join .Imports "\n"}}' . | grep '^quorumlock.dev/' | grep -v '^quorumlock.dev/driver$$'); then \
+		if (cd $$m && $(MODGO) list -f '{{join .Imports "\n"}}' . | grep '^quorumlock.dev/' | grep -v '^quorumlock.dev/driver$$'); then \
 			echo "$$m imports the project packages above: an adapter imports only quorumlock.dev/driver"; exit 1; fi; done
 	@# quorum and clockdrift, the public basement, import nothing of the project and no Redis client.
-	@if $(GO) list -deps ./quorum ./clockdrift | grep -E 'redis|valkey|quorumlock.dev/' | grep -v -E '^quorumlock.dev/(quorum|clockdrift)$$'; then \
+	@if $(ROOTGO) list -deps ./quorum ./clockdrift | grep -E 'redis|valkey|quorumlock.dev/' | grep -v -E '^quorumlock.dev/(quorum|clockdrift)$$'; then \
 		echo "quorum or clockdrift imports the packages above"; exit 1; fi
 
 # A short run of each fuzz target.
@@ -123,6 +130,7 @@ deps:
 	command -v iptables-restore >/dev/null 2>&1 || missing="$$missing iptables"; \
 	{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$$missing gcc"; \
 	{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	command -v mariadbd >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing$$missing"; \
@@ -131,8 +139,10 @@ deps:
 			echo "missing:$$missing (apt-get install$$missing)" >&2; exit 1; \
 		fi; \
 	fi
-	$(GO) mod download
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod download); done
+	$(ROOTGO) mod download
+	@# In a workspace, go mod download fetches every module of the workspace's graph, most of which
+	@# no build needs: listing the packages and their tests fetches what they import.
+	@set -e; for m in $(MODULES); do (cd $$m && $(MODGO) list -deps -test ./... >/dev/null); done
 
 clean:
 	$(GO) clean -testcache

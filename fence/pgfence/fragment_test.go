@@ -38,6 +38,7 @@ func TestCheckFragment(t *testing.T) {
 		"sku = $2 /* ) ",
 		"note = $q$ ) ",
 		`note = E'\'' ) OR (true`,
+		"sku = $2; DELETE FROM inventory",
 	} {
 		assert.Error(t, checkFragment(bad), bad)
 	}

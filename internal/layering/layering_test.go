@@ -33,8 +33,12 @@ var allowed = map[string][]string{
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
+	"fence/internal/fragment":   nil,
 	"fence":                     {"driver", "fence/internal/rejection", "internal/bounded", "internal/bugs", "internal/names", "internal/nilcheck"},
-	"fence/pgfence":             {"fence", "fence/internal/rejection", "internal/names", "internal/nilcheck"},
+	"fence/pgfence":             {"fence", "fence/internal/fragment", "fence/internal/rejection", "internal/names", "internal/nilcheck"},
+	"fence/sqlfence":            {"fence", "fence/internal/fragment", "fence/internal/rejection", "internal/names", "internal/nilcheck"},
+	// The guards' conformance kit: no lock, and an in-memory Redis for its counter.
+	"fence/fencetest": {"fence", "internal/harness/memredis"},
 	// The lock.
 	"redlock/check":          {"driver", "internal/bounded"},
 	"redlock/internal/push":  {"driver", "internal/bounded", "quorum"},
@@ -64,11 +68,15 @@ var allowed = map[string][]string{
 	"internal/harness/critical":                nil,
 	"internal/harness/clockshim":               {"internal/harness/childproc"},
 	"internal/layering":                        nil,
+
+	// MariaDB servers, for the tests of the database/sql guard.
+	"internal/harness/mariadbserver":             {"internal/harness/childproc"},
+	"internal/harness/mariadbserver/mariadbtest": {"internal/harness/childproc/childproctest", "internal/harness/mariadbserver"},
 }
 
 // library are the packages a user's program links: no Redis client but
 // through an adapter, no test harness.
-var library = []string{"driver", "fence", "fence/pgfence", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
+var library = []string{"driver", "fence", "fence/pgfence", "fence/sqlfence", "fence/internal/fragment", "redlock", "redlock/check", "redlock/redlockprom", "leadership",
 	"redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node",
 	"redlock/internal/wait", "redlock/internal/plain", "internal/names", "internal/nilcheck", "quorum", "clockdrift", "internal/bounded", "internal/boottime", "internal/bugs", "fence/internal/rejection"}
 
