@@ -13,10 +13,11 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
+	golang.org/x/mod v0.43.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
-	quorumlock.dev v0.0.0
+	quorumlock.dev v0.1.0
 )
 
 require (
@@ -52,12 +53,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	quorumlock.dev/driver/rueidis v0.0.0
-	quorumlock.dev/driver/valkey v0.0.0
+	quorumlock.dev/driver/rueidis v0.1.0
+	quorumlock.dev/driver/valkey v0.1.0
 )
-
-replace quorumlock.dev => ../..
-
-replace quorumlock.dev/driver/rueidis => ../../driver/rueidis
-
-replace quorumlock.dev/driver/valkey => ../../driver/valkey

@@ -6,7 +6,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/stretchr/testify v1.12.1
 	github.com/valkey-io/valkey-go v1.0.80
-	quorumlock.dev v0.0.0
+	quorumlock.dev v0.1.0
 )
 
 require (
@@ -18,5 +18,3 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )
-
-replace quorumlock.dev => ../..
