@@ -100,6 +100,7 @@ type run struct {
 	checkMu sync.Mutex
 	later   sync.WaitGroup  // checks that wait for a lost attempt's undo
 	won     map[string]bool // the tokens of the locks handed out: no lost attempt's
+	held    map[string]int  // holdings of each token (a lock passed on in-process keeps its token)
 	frozen  []span          // client pauses as they were taken (a worker takes one when it reaches it)
 	trace   []event
 	clocks  []*clientClock // by client
@@ -186,7 +187,7 @@ type span struct {
 // with boottime.Virtual in effect.
 func Run(s Schedule) Result {
 	cfg := s.Config
-	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault), won: make(map[string]bool)}
+	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault), won: make(map[string]bool), held: make(map[string]int)}
 	r.w.Latency = s.Latency
 	r.w.Seed = s.Seed
 	if s.Wire {
@@ -498,6 +499,9 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 	}
 	// A third for the harness's own timing.
 	rng3 := rand.New(rand.NewPCG(r.s.Seed, uint64(5000+client*workersPerClient+k)))
+	// A fourth for an Extend in flight when Unlock runs, so that the
+	// draws of the others stay as they were.
+	rng4 := rand.New(rand.NewPCG(r.s.Seed, uint64(7000+client*workersPerClient+k)))
 	for range cycles {
 		// A few hundred ns before each call, drawn from the seed: the
 		// call a worker makes right after its last one returned would
@@ -541,7 +545,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			err = c.Do(ctx, res, cfg.TTL, func(ctx context.Context, l *redlock.Lock) error {
 				won = true
 				r.waitedFor(client, k, res, began, true)
-				r.hold(ctx, l, client, k, rng, rng2, true, false)
+				r.hold(ctx, l, client, k, rng, rng2, nil, true, false)
 				return nil
 			})
 			r.mu.Lock()
@@ -575,7 +579,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 			r.nap(client, time.Duration(rng.IntN(50))*time.Millisecond)
 			continue
 		}
-		r.hold(ctx, l, client, k, rng, rng2, renewed, true)
+		r.hold(ctx, l, client, k, rng, rng2, rng4, renewed, true)
 		cancel()
 	}
 }
@@ -846,7 +850,7 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 // hold is one critical section of l. A renewed one runs Renew and works for
 // up to one and a half TTLs, showing progress; an unlocked one ends with
 // Unlock (in Do, Do unlocks).
-func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng2 *rand.Rand, renewed, unlock bool) {
+func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng2, rng4 *rand.Rand, renewed, unlock bool) {
 	cfg := r.s.Config
 	clk := r.clocks[client] // Until is read on it: the world's time is later by its suspends
 	h, keysSet := r.took(l, client, k)
@@ -947,7 +951,10 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 	r.write(h, client, k)
 	h.end = time.Now()
 	h.released = h.end
-	if unlock {
+	switch {
+	case unlock && !renewed && rng4 != nil && rng4.IntN(6) == 0:
+		r.unlockExtending(ctx, l, &h, client, k, keysSet, time.Duration(rng4.Int64N(int64(time.Millisecond))))
+	case unlock:
 		r.unlock(l, &h, client, k, renewed, keysSet)
 	}
 	r.mu.Lock()
@@ -971,6 +978,7 @@ func (r *run) took(l *redlock.Lock, client, k int) (holding, time.Time) {
 	keysSet = keysSet.Add(-2 * nodeTimeout) // the round's calls
 	r.mu.Lock()
 	r.won[l.Token()] = true
+	r.held[l.Token()]++
 	r.mu.Unlock()
 	h.fences, h.fenced = l.Fences()
 	if !h.fenced {
@@ -999,6 +1007,31 @@ func (r *run) write(h holding, client, k int) {
 		}
 		r.event("c%d.%d write %s fence %d: %v", client, k, key, fc, err == nil)
 	}
+}
+
+// unlockExtending is h's Unlock of l with an Extend of the holder's own
+// started `after` before it (a holder whose work loop extends while another
+// goroutine unlocks), in its round or after it: once Unlock returned, no late call of that
+// Extend may refresh or set the lock's key again (redisson#7272 is that
+// bug in Redisson): no master that stayed reachable keeps the token past
+// the release's bound (leftNothing).
+func (r *run) unlockExtending(ctx context.Context, l *redlock.Lock, h *holding, client, k int, keysSet time.Time, after time.Duration) {
+	extended := make(chan error, 1)
+	go func() { extended <- l.Extend(ctx, r.s.Config.TTL) }()
+	r.nap(client, after) // into the Extend's round, or past it
+	r.unlock(l, h, client, k, true, keysSet) // Unlock waits for an Extend it meets: the renewer's bound
+	err := <-extended
+	r.event("c%d.%d extend in flight at Unlock: %v", client, k, kindOf(err))
+	token := l.Token()
+	r.mu.Lock()
+	holdings := r.held[token]
+	r.mu.Unlock()
+	// A lock passed on in-process keeps its token: a later holder's key.
+	r.leftNothing(client, k, "Unlock with an Extend in flight", h.resources, keysSet, func(v string) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return v == token && r.held[token] == holdings
+	})
 }
 
 // unlock is h's Unlock of l, checked: nil for a live lock on masters that
