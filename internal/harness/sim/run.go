@@ -1018,7 +1018,7 @@ func (r *run) write(h holding, client, k int) {
 func (r *run) unlockExtending(ctx context.Context, l *redlock.Lock, h *holding, client, k int, keysSet time.Time, after time.Duration) {
 	extended := make(chan error, 1)
 	go func() { extended <- l.Extend(ctx, r.s.Config.TTL) }()
-	r.nap(client, after) // into the Extend's round, or past it
+	r.nap(client, after)                     // into the Extend's round, or past it
 	r.unlock(l, h, client, k, true, keysSet) // Unlock waits for an Extend it meets: the renewer's bound
 	err := <-extended
 	r.event("c%d.%d extend in flight at Unlock: %v", client, k, kindOf(err))
