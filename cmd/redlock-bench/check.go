@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -217,24 +216,6 @@ func writeCheck(w io.Writer, rep check.Report, format string) error {
 			Worst check.Status `json:"worst"`
 		}{rep, rep.Worst()})
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDR\tSETTING\tVALUE\tSTATUS\tWHY")
-	nodes := rep.Masters
-	if rep.Fence != nil {
-		nodes = append(nodes[:len(nodes):len(nodes)], *rep.Fence)
-	}
-	for _, n := range nodes {
-		for _, f := range n.Findings {
-			v := f.Value
-			if v == "" {
-				v = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Addr, f.Setting, v, f.Status, f.Why)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "worst: %s\n", rep.Worst())
+	_, err := rep.WriteTo(w)
 	return err
 }

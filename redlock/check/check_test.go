@@ -3,8 +3,10 @@ package check
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -327,4 +329,32 @@ func TestHungFenceNode(t *testing.T) {
 		assert.True(t, rep.Masters[0].Reachable())
 		counter.Resume()
 	})
+}
+
+// TestReportString: a report prints as a table, one line per finding with
+// its node, address, setting, value ("-" when unknown), status and why, the
+// fence counter's after the masters', then the worst status: what
+// redlock-bench check prints, and what %v of a Report shows.
+func TestReportString(t *testing.T) {
+	rep := Report{
+		Masters: []NodeReport{{Node: "master 0", Addr: "10.0.0.1:6379", Findings: []Finding{
+			{Setting: "appendonly", Source: "server", Value: "no", Status: Problem, Why: "a restart forgets the locks"},
+			{Setting: "maxmemory-policy", Source: "server", Status: Unknown, Why: "could not be read"},
+		}}},
+		Fence: &NodeReport{Node: "fence counter", Addr: "10.0.0.9:6379", Findings: []Finding{
+			{Setting: "appendfsync", Source: "server", Value: "always", Status: OK, Why: "every mint is on disk"},
+		}},
+	}
+	lines := strings.Split(strings.TrimSuffix(fmt.Sprint(rep), "\n"), "\n")
+	require.Len(t, lines, 5, fmt.Sprint(rep))
+	assert.Equal(t, []string{"NODE", "ADDR", "SETTING", "VALUE", "STATUS", "WHY"}, strings.Fields(lines[0]))
+	assert.Regexp(t, `^master 0\s+10\.0\.0\.1:6379\s+appendonly\s+no\s+problem\s+a restart forgets the locks$`, lines[1])
+	assert.Regexp(t, `^master 0\s+10\.0\.0\.1:6379\s+maxmemory-policy\s+-\s+unknown\s+could not be read$`, lines[2])
+	assert.Regexp(t, `^fence counter\s+10\.0\.0\.9:6379\s+appendfsync\s+always\s+ok\s+every mint is on disk$`, lines[3])
+	assert.Equal(t, "worst: problem", lines[4])
+	var b strings.Builder
+	n, err := rep.WriteTo(&b)
+	require.NoError(t, err)
+	assert.Equal(t, int64(b.Len()), n)
+	assert.Equal(t, rep.String(), b.String())
 }

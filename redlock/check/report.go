@@ -3,8 +3,10 @@ package check
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 )
 
 // ErrUnsafe is what [Report.Err] wraps when some finding is a [Problem].
@@ -109,4 +111,50 @@ func (r Report) nodes() []NodeReport {
 		return r.Masters
 	}
 	return append(r.Masters[:len(r.Masters):len(r.Masters)], *r.Fence)
+}
+
+// String is r as `redlock-bench check` prints it: a table with one line per
+// finding (node, address, setting, value, status, why), then the worst
+// status.
+func (r Report) String() string {
+	var b strings.Builder
+	_, _ = r.WriteTo(&b)
+	return b.String()
+}
+
+// WriteTo writes r to w as [Report.String] reads.
+func (r Report) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	tw := tabwriter.NewWriter(cw, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDR\tSETTING\tVALUE\tSTATUS\tWHY")
+	for _, n := range r.nodes() {
+		for _, f := range n.Findings {
+			v := f.Value
+			if v == "" {
+				v = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Addr, f.Setting, v, f.Status, f.Why)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return cw.n, err
+	}
+	_, err := fmt.Fprintf(cw, "worst: %s\n", r.Worst())
+	return cw.n, err
+}
+
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.err = err
+	return n, err
 }
