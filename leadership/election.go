@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/redlock"
 )
 
@@ -18,7 +19,7 @@ import (
 // lock (redlock.ErrLockLost, redlock.ErrFenceUnavailable, ...) come wrapped
 // beside them.
 var (
-	// ErrInvalidArgument: a nil client, no masters, a bad role or option.
+	// ErrInvalidArgument: a nil client, a bad role or option.
 	ErrInvalidArgument = errors.New("leadership: invalid argument")
 	// ErrNoFence: the lock was won without a fence (a client built without
 	// redlock.WithFence); it was released, since a term without a fence is
@@ -41,9 +42,8 @@ func invalid(format string, args ...any) error {
 
 // Defaults of the options.
 const (
-	defaultTTL         = 10 * time.Second
-	defaultNodeTimeout = 50 * time.Millisecond // redlock's default
-	defaultObserve     = time.Second
+	defaultTTL     = 10 * time.Second
+	defaultObserve = time.Second
 	// maxRoleLen keeps the lock's resource, leader:{role}, within redlock's
 	// 512 bytes.
 	maxRoleLen = 500
@@ -61,14 +61,15 @@ type config struct {
 	identitySet  bool
 	health       func(ctx context.Context) error
 	healthSet    bool
-	nodeTimeout  time.Duration
+	nodeTimeout  time.Duration // the client's
 	observeEvery time.Duration
 	hooks        Hooks
 }
 
 // WithTTL sets the TTL of the lock behind a term (default 10 s): the
-// longest a dead leader keeps its role. It must be at least 10 node
-// timeouts, so that renewal has time to act before the lease ends.
+// longest a dead leader keeps its role. It must be at least 10 of the
+// client's node timeouts, so that renewal has time to act before the lease
+// ends.
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithMaxTerm ends every term after at most d (0, the default: no cap),
@@ -91,10 +92,6 @@ func WithIdentity(id string) Option {
 func WithHealth(check func(ctx context.Context) error) Option {
 	return func(c *config) { c.health, c.healthSet = check, true }
 }
-
-// WithNodeTimeout bounds each call to one master made by this package (the
-// identity record; default 50 ms). Give it the client's redlock.WithNodeTimeout.
-func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithObserveInterval sets how often [Election.Observe] reads who leads when
 // no change was pushed to it (default 1 s).
@@ -138,19 +135,20 @@ type Election struct {
 }
 
 // New returns a candidate for role that campaigns with c, whose lock must
-// carry a fence (redlock.WithFence), and publishes its identity on masters,
-// which must be the masters c was built on: the redlock client does not
-// give them out. A nil client, no or nil masters, an empty role, a role
-// with braces or control characters, or a bad option are ErrInvalidArgument.
-func New(c *redlock.Client, masters []driver.Conn, role string, opts ...Option) (*Election, error) {
-	cfg := config{ttl: defaultTTL, nodeTimeout: defaultNodeTimeout, observeEvery: defaultObserve}
+// carry a fence (redlock.WithFence), and publishes its identity on c's
+// masters, each call bounded by c's node timeout. A nil client, an empty
+// role, a role with braces or control characters, or a bad option are
+// ErrInvalidArgument.
+func New(c *redlock.Client, role string, opts ...Option) (*Election, error) {
+	masters, nodeTimeout := seam.ClientMasters(c)
+	cfg := config{ttl: defaultTTL, nodeTimeout: nodeTimeout, observeEvery: defaultObserve}
 	for _, o := range opts {
 		if o == nil {
 			return nil, invalid("a nil Option")
 		}
 		o(&cfg)
 	}
-	if err := validate(c, masters, role, &cfg); err != nil {
+	if err := validate(c, role, &cfg); err != nil {
 		return nil, err
 	}
 	if !cfg.identitySet {
@@ -160,7 +158,7 @@ func New(c *redlock.Client, masters []driver.Conn, role string, opts ...Option) 
 	resource := "leader:{" + role + "}"
 	return &Election{
 		c:         c,
-		masters:   append([]driver.Conn(nil), masters...),
+		masters:   masters,
 		role:      role,
 		cfg:       cfg,
 		resource:  resource,
@@ -169,12 +167,10 @@ func New(c *redlock.Client, masters []driver.Conn, role string, opts ...Option) 
 	}, nil
 }
 
-func validate(c *redlock.Client, masters []driver.Conn, role string, cfg *config) error {
+func validate(c *redlock.Client, role string, cfg *config) error {
 	switch {
 	case c == nil:
 		return invalid("a nil *redlock.Client")
-	case len(masters) == 0:
-		return invalid("no masters")
 	case role == "":
 		return invalid("an empty role")
 	case len(role) > maxRoleLen:
@@ -189,17 +185,10 @@ func validate(c *redlock.Client, masters []driver.Conn, role string, cfg *config
 		return invalid("a nil health check")
 	case cfg.maxTerm < 0:
 		return invalid("max term %v is negative", cfg.maxTerm)
-	case cfg.nodeTimeout <= 0:
-		return invalid("node timeout %v is not positive", cfg.nodeTimeout)
 	case cfg.ttl < 10*cfg.nodeTimeout:
-		return invalid("ttl %v is less than 10 node timeouts (%v)", cfg.ttl, 10*cfg.nodeTimeout)
+		return invalid("ttl %v is less than 10 of the client's node timeouts (%v)", cfg.ttl, 10*cfg.nodeTimeout)
 	case cfg.observeEvery <= 0:
 		return invalid("observe interval %v is not positive", cfg.observeEvery)
-	}
-	for i, m := range masters {
-		if m == nil {
-			return invalid("master %d is nil", i)
-		}
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 func Example_outboxRelay() {
 	ctx := context.Background()
 	var (
-		election *leadership.Election // leadership.New(client, masters, "outbox-relay", leadership.WithHealth(...)); the client has redlock.WithFence and redlock.WithFairness
+		election *leadership.Election // leadership.New(client, "outbox-relay", leadership.WithHealth(...)); the client has redlock.WithFence and redlock.WithFairness
 		db       pgfence.DB           // the outbox's database: a *pgxpool.Pool
 		inbox    driver.Conn          // where messages go: goredis.Conn(rdb)
 	)

@@ -36,8 +36,7 @@ func TestResignHandoverRedis(t *testing.T) {
 		c, err := redlock.New(masters, redlock.WithFence(counter), redlock.WithNodeTimeout(200*time.Millisecond))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
-		e, err := leadership.New(c, masters, "redis-handover", leadership.WithTTL(ttl),
-			leadership.WithIdentity(id), leadership.WithNodeTimeout(200*time.Millisecond))
+		e, err := leadership.New(c, "redis-handover", leadership.WithTTL(ttl), leadership.WithIdentity(id))
 		require.NoError(t, err)
 		return e
 	}

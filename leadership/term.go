@@ -68,20 +68,18 @@ func (t *Term) Progress() { t.lk.Progress() }
 
 // Resign ends the term: its context is cancelled first, then the identity
 // record is withdrawn and the lock released at once, which wakes the next
-// candidate. It returns once that is done, or when ctx ends (the release
-// goes on, each call bounded by the node timeout). A term that had already
-// ended gives an error wrapping its cause.
+// candidate. It returns once that is done, nil also for a term that had
+// already ended (context.Cause of [Term.Context] says why: [ErrResigned]
+// only after Resign), or ctx's error when ctx ends first (the release goes
+// on, each call bounded by the node timeout).
 func (t *Term) Resign(ctx context.Context) error {
 	t.cancel(ErrResigned)
 	select {
 	case <-t.stopped:
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("leadership: resign %q: %w", t.e.role, ctx.Err())
 	}
-	if cause := context.Cause(t.ctx); !errors.Is(cause, ErrResigned) {
-		return fmt.Errorf("leadership: resign %q: the term had already ended: %w", t.e.role, cause)
-	}
-	return nil
 }
 
 func (t *Term) start() {

@@ -81,7 +81,7 @@ func (c *cluster) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
 func (c *cluster) candidate(t *testing.T, id string, opts ...leadership.Option) *leadership.Election {
 	t.Helper()
 	opts = append([]leadership.Option{leadership.WithTTL(ttl), leadership.WithIdentity(id)}, opts...)
-	e, err := leadership.New(c.client(t), c.masters, "relay", opts...)
+	e, err := leadership.New(c.client(t), "relay", opts...)
 	require.NoError(t, err)
 	return e
 }
@@ -218,8 +218,8 @@ func TestStuckLeaderLosesTerm(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "b-1", v)
 
-		err = ta.Resign(ctx)
-		assert.ErrorIs(t, err, redlock.ErrNoProgress, "Resign of a lost term says why it was lost")
+		require.NoError(t, ta.Resign(ctx), "Resign of a term already lost is no error to filter")
+		assert.ErrorIs(t, context.Cause(ta.Context()), redlock.ErrNoProgress, "its context says why it was lost")
 		require.NoError(t, tb.Resign(ctx))
 	})
 }
@@ -319,7 +319,7 @@ func TestNoFence(t *testing.T) {
 		rc, err := redlock.New(c.masters)
 		require.NoError(t, err)
 		defer rc.Close()
-		e, err := leadership.New(rc, c.masters, "relay", leadership.WithTTL(ttl))
+		e, err := leadership.New(rc, "relay", leadership.WithTTL(ttl))
 		require.NoError(t, err)
 		term, err := e.Campaign(context.Background())
 		assert.ErrorIs(t, err, leadership.ErrNoFence)
@@ -361,29 +361,30 @@ func TestNewInvalid(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
 		rc := c.client(t)
+		slow := c.client(t, redlock.WithNodeTimeout(200*time.Millisecond))
+		_, err := leadership.New(slow, "relay", leadership.WithTTL(2*time.Second))
+		require.NoError(t, err, "a TTL of 10 of the client's node timeouts")
 		cases := map[string]struct {
-			c       *redlock.Client
-			masters []driver.Conn
-			role    string
-			opts    []leadership.Option
+			c    *redlock.Client
+			role string
+			opts []leadership.Option
 		}{
-			"nil client":    {nil, c.masters, "relay", nil},
-			"no masters":    {rc, nil, "relay", nil},
-			"nil master":    {rc, []driver.Conn{c.masters[0], nil}, "relay", nil},
-			"empty role":    {rc, c.masters, "", nil},
-			"braces":        {rc, c.masters, "re{lay}", nil},
-			"control":       {rc, c.masters, "re\nlay", nil},
-			"zero ttl":      {rc, c.masters, "relay", []leadership.Option{leadership.WithTTL(0)}},
-			"negative ttl":  {rc, c.masters, "relay", []leadership.Option{leadership.WithTTL(-time.Second)}},
-			"short ttl":     {rc, c.masters, "relay", []leadership.Option{leadership.WithTTL(100 * time.Millisecond)}},
-			"empty id":      {rc, c.masters, "relay", []leadership.Option{leadership.WithIdentity("")}},
-			"nil health":    {rc, c.masters, "relay", []leadership.Option{leadership.WithHealth(nil)}},
-			"nil option":    {rc, c.masters, "relay", []leadership.Option{nil}},
-			"neg max term":  {rc, c.masters, "relay", []leadership.Option{leadership.WithMaxTerm(-1)}},
-			"zero interval": {rc, c.masters, "relay", []leadership.Option{leadership.WithObserveInterval(0)}},
+			"nil client":   {nil, "relay", nil},
+			"empty role":   {rc, "", nil},
+			"braces":       {rc, "re{lay}", nil},
+			"control":      {rc, "re\nlay", nil},
+			"zero ttl":     {rc, "relay", []leadership.Option{leadership.WithTTL(0)}},
+			"negative ttl": {rc, "relay", []leadership.Option{leadership.WithTTL(-time.Second)}},
+			"short ttl":    {rc, "relay", []leadership.Option{leadership.WithTTL(100 * time.Millisecond)}},
+			"ttl below 10 of the client's node timeouts": {slow, "relay", []leadership.Option{leadership.WithTTL(time.Second)}},
+			"empty id":      {rc, "relay", []leadership.Option{leadership.WithIdentity("")}},
+			"nil health":    {rc, "relay", []leadership.Option{leadership.WithHealth(nil)}},
+			"nil option":    {rc, "relay", []leadership.Option{nil}},
+			"neg max term":  {rc, "relay", []leadership.Option{leadership.WithMaxTerm(-1)}},
+			"zero interval": {rc, "relay", []leadership.Option{leadership.WithObserveInterval(0)}},
 		}
 		for name, tc := range cases {
-			e, err := leadership.New(tc.c, tc.masters, tc.role, tc.opts...)
+			e, err := leadership.New(tc.c, tc.role, tc.opts...)
 			assert.ErrorIs(t, err, leadership.ErrInvalidArgument, name)
 			assert.Nil(t, e, name)
 		}
@@ -528,7 +529,10 @@ func TestObserveWithoutPush(t *testing.T) {
 		for _, m := range c.masters {
 			plain = append(plain, plainConn{m})
 		}
-		watcher, err := leadership.New(c.client(t), plain, "relay", leadership.WithObserveInterval(time.Second))
+		pc, err := redlock.New(plain, redlock.WithFence(c.counter))
+		require.NoError(t, err)
+		defer pc.Close()
+		watcher, err := leadership.New(pc, "relay", leadership.WithObserveInterval(time.Second))
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

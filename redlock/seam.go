@@ -2,8 +2,10 @@ package redlock
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 
+	"quorumlock.dev/driver"
 	"quorumlock.dev/internal/seam"
 	"quorumlock.dev/redlock/internal/wait"
 )
@@ -14,6 +16,13 @@ import (
 func init() {
 	seam.ClientOption = func(clock seam.Clock, rnd seam.Rand) any {
 		return Option(func(c *config) { c.seamClock, c.rnd = clock, rnd })
+	}
+	seam.ClientMasters = func(client any) ([]driver.Conn, time.Duration) {
+		c, ok := client.(*Client)
+		if !ok || c == nil {
+			return nil, 0
+		}
+		return slices.Clone(c.masters), c.cfg.nodeTimeout
 	}
 }
 

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"internal/bounded":  nil,
 	"internal/boottime": nil,
 	"internal/bugs":     nil,
-	"internal/seam":     nil,
+	"internal/seam":     {"driver"},
 	// The fence.
 	"fence/internal/rejection":  nil,
 	"fence/internal/mintertest": nil,
@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/names", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},
 	// Leadership, on the lock's public API.
-	"leadership": {"driver", "redlock"},
+	"leadership": {"driver", "internal/seam", "redlock"},
 	// Test harnesses.
 	"driver/drivertest":                        {"driver", "fence", "internal/harness/redisserver", "internal/harness/redistest", "redlock"},
 	"internal/harness/memredis":                {"driver"},

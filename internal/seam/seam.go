@@ -11,7 +11,11 @@
 // math/rand/v2, as ever.
 package seam
 
-import "time"
+import (
+	"time"
+
+	"quorumlock.dev/driver"
+)
 
 // Clock is a client's reading of its two clocks: the time (its monotonic
 // reading is what leases are measured on) and the clock that counts
@@ -34,6 +38,13 @@ type WallClock interface {
 type Rand interface {
 	Uint64() uint64
 }
+
+// ClientMasters returns what a redlock.Client (typed any here) was built
+// on: its masters, in order, and its node timeout; nil and 0 for anything
+// else. Package redlock sets it; package leadership reads it, so that an
+// election publishes on exactly its client's masters with its client's
+// timeout, and the two cannot drift apart.
+var ClientMasters func(client any) ([]driver.Conn, time.Duration)
 
 // ClientOption returns a redlock.Option (typed any here: this package
 // cannot import redlock) that makes a client read clock and draw from rnd.

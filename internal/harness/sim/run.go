@@ -279,8 +279,7 @@ func (r *run) cycles(clients []*redlock.Client, links [][]driver.Conn) {
 	cfg := r.s.Config
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
-		e, err := leadership.New(clients[c], links[c], "relay", leadership.WithTTL(cfg.TTL),
-			leadership.WithNodeTimeout(nodeTimeout), leadership.WithIdentity(fmt.Sprintf("c%d", c)))
+		e, err := leadership.New(clients[c], "relay", leadership.WithTTL(cfg.TTL), leadership.WithIdentity(fmt.Sprintf("c%d", c)))
 		if err != nil {
 			r.violation("client %d: leadership: %v", c, err)
 			continue

@@ -36,8 +36,7 @@ const (
 // term is a term_end event.
 func lead(ctx context.Context, cfg Config, client *redlock.Client, masters []driver.Conn, store *storeClient, out *emitter) error {
 	role := cfg.Resources[0]
-	e, err := leadership.New(client, masters, role, leadership.WithTTL(cfg.TTL),
-		leadership.WithNodeTimeout(cfg.NodeTimeout), leadership.WithIdentity(identity(cfg.ID)))
+	e, err := leadership.New(client, role, leadership.WithTTL(cfg.TTL), leadership.WithIdentity(identity(cfg.ID)))
 	if err != nil {
 		return err
 	}
