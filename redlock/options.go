@@ -78,10 +78,13 @@ func WithDrift(factor float64, constant time.Duration) Option {
 }
 
 // WithRetry caps [Client.Lock] at attempts attempts in all (0, the default:
-// until the context ends). delay plus a uniformly random part of jitter
-// (defaults 50 ms and 50 ms) is its wait after a failure other than a loss to
-// a holder, and its polling interval when no release can reach it; see
-// docs/design.md, "Waiting for a held lock".
+// until the context ends). It bounds attempts, not time: after a loss to a
+// live holder the next attempt waits for its release or its keys' expiry,
+// so n attempts can take n TTLs; bound the time with ctx's deadline. delay
+// plus a uniformly random part of jitter (defaults 50 ms and 50 ms) is its
+// wait after a failure other than a loss to a holder, and its polling
+// interval when no release can reach it; see docs/design.md, "Waiting for a
+// held lock" (with each peer's usual retry and its equivalent here).
 func WithRetry(attempts int, delay, jitter time.Duration) Option {
 	return func(c *config) { c.attempts, c.delay, c.jitter = attempts, delay, jitter }
 }
