@@ -57,7 +57,10 @@ func (f *opsFlags) resolve(fs *flag.FlagSet) (masters []*redis.Options, fenceNod
 	if fs.NArg() > 0 {
 		return nil, nil, usage(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	list := splitList(f.addrs)
+	list, err := listFlag(fs, "addrs", f.addrs)
+	if err != nil {
+		return nil, nil, err
+	}
 	if len(list) == 0 {
 		return nil, nil, usage(fs, "-addrs is required")
 	}
@@ -69,6 +72,7 @@ func (f *opsFlags) resolve(fs *flag.FlagSet) (masters []*redis.Options, fenceNod
 		}
 		password = pw
 	}
+	warnUnverified(fs.Output(), append(list, f.fenceAddr)...)
 	if masters, fenceNode, err = backend.ServerOptions(list, f.fenceAddr, password, f.tlsCA); err != nil {
 		// One kind of configuration error is enough to say.
 		why := oneLine(err)
@@ -195,9 +199,12 @@ func operatorView(n check.NodeReport) check.NodeReport {
 		if f.Source != "server" {
 			continue
 		}
-		if f.Setting == "reachable" && f.Status < check.Problem {
-			f.Status = check.Problem
-			f.Why += "; a problem for this check, which could not judge the node"
+		if f.Setting == "reachable" {
+			f.Why += hint(f.Why)
+			if f.Status < check.Problem {
+				f.Status = check.Problem
+				f.Why += "; a problem for this check, which could not judge the node"
+			}
 		}
 		kept = append(kept, f)
 	}

@@ -53,13 +53,20 @@ func parseChoose(args []string, stderr io.Writer) (*chooseInvocation, error) {
 	if fs.NArg() > 0 {
 		return nil, usage(fs, "unexpected argument %q", fs.Arg(0))
 	}
-	c.Options = splitList(options)
+	var err error
+	if c.Options, err = listFlag(fs, "options", options); err != nil {
+		return nil, err
+	}
 	for _, o := range c.Options {
 		if !slices.Contains(choose.Options, o) {
 			return nil, usage(fs, "-options: unknown option %q (want %s)", o, strings.Join(choose.Options, ", "))
 		}
 	}
-	for _, s := range splitList(conc) {
+	concs, err := listFlag(fs, "c", conc)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range concs {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			return nil, usage(fs, "-c: %q is not a positive number", s)

@@ -99,7 +99,11 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 		return nil, usage(fs, "-driver: %w", err)
 	}
 	cfg.Drivers = names
-	for _, s := range splitList(conc) {
+	concs, err := listFlag(fs, "c", conc)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range concs {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return nil, usage(fs, "-c: %q is not a number", s)
@@ -149,7 +153,12 @@ func (s *serverFlags) apply(fs *flag.FlagSet, bc *backend.Config) error {
 		}
 		return nil
 	}
-	bc.Addrs, bc.SingleAddr, bc.FenceAddr, bc.TLSCAFile = splitList(s.addrs), s.single, s.fence, s.tlsCA
+	addrs, err := listFlag(fs, "addrs", s.addrs)
+	if err != nil {
+		return err
+	}
+	bc.Addrs, bc.SingleAddr, bc.FenceAddr, bc.TLSCAFile = addrs, s.single, s.fence, s.tlsCA
+	warnUnverified(fs.Output(), append(addrs, s.single, s.fence)...)
 	if s.passwordEnv != "" {
 		pw, ok := os.LookupEnv(s.passwordEnv)
 		if !ok || pw == "" {
@@ -197,6 +206,28 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// warnUnverified says, on w, which of addrs turn certificate checks off.
+func warnUnverified(w io.Writer, addrs ...string) {
+	for _, a := range backend.Unverified(addrs...) {
+		fmt.Fprintf(w, "redlock-bench: warning: %s turns certificate checks off (skip_verify): anyone on the path can read the lock tokens and release the locks\n", a)
+	}
+}
+
+// listFlag is the comma-separated list that flag name was given, s: an
+// empty item ("1,,8", a trailing comma) is a usage error, not skipped.
+func listFlag(fs *flag.FlagSet, name, s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	for i, part := range parts {
+		if parts[i] = strings.TrimSpace(part); parts[i] == "" {
+			return nil, usage(fs, "-%s %q: item %d of the list is empty", name, s, i+1)
+		}
+	}
+	return parts, nil
 }
 
 func splitList(s string) []string {
@@ -267,11 +298,29 @@ func isTerminal(w io.Writer) bool {
 // oneLine keeps the first line of a joined error, without the name of the
 // package of ours it starts with: for a person, one clear line.
 func oneLine(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
+	// The whole reason, on one line: errors.Join's and a server's lines
+	// joined, not cut to the first (a wrong password, a missing database
+	// and a refused connection read alike).
+	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ; ")), " ")
+	s = strings.ReplaceAll(s, " ; ", "; ")
 	for _, pkg := range []string{"backend", "benchrun", "drivers", "output", "plot", "fencingbench"} {
 		if rest, ok := strings.CutPrefix(s, pkg+": "); ok {
-			return rest
+			s = rest
+			break
 		}
 	}
-	return s
+	return s + hint(s)
+}
+
+// hint is what to do about the reasons in msg that a user can fix.
+func hint(msg string) string {
+	switch {
+	case strings.Contains(msg, "NOAUTH"):
+		return " (the server wants a password: -password-env NAME with the password in $NAME, or redis://user:password@host:port)"
+	case strings.Contains(msg, "WRONGPASS"):
+		return " (the user or password is wrong: check -password-env's variable or the URL's user:password)"
+	case strings.Contains(msg, "EOF"):
+		return " (the port closed the connection without a Redis reply: is it a Redis server, and does it want TLS (rediss://)?)"
+	}
+	return ""
 }

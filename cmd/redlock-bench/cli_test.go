@@ -346,10 +346,19 @@ func TestContendedProcsAddrs(t *testing.T) {
 		assert.Zero(t, r.Violations, r.Variant)
 	}
 	assert.Equal(t, 2, procs)
+	// The run deletes its keys when it ends; a fair waiter's queued call
+	// that lands after that (a worker process's last attempt on a loaded
+	// machine) queues its entry again, under keys that expire with the
+	// entry TTL: 2 s here (4 node timeouts).
 	for _, s := range servers {
-		keys, err := redistest.Client(t, s.Addr()).Keys(context.Background(), "*redlock-bench-*").Result()
-		require.NoError(t, err)
-		assert.Empty(t, keys, "the run left keys on %s", s.Addr())
+		var keys []string
+		if !assert.Eventually(t, func() bool {
+			var err error
+			keys, err = redistest.Client(t, s.Addr()).Keys(context.Background(), "*redlock-bench-*").Result()
+			return err == nil && len(keys) == 0
+		}, 10*time.Second, 50*time.Millisecond, "the run left keys on %s", s.Addr()) {
+			t.Logf("left on %s: %v", s.Addr(), keys)
+		}
 	}
 }
 

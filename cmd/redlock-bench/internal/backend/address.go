@@ -191,3 +191,21 @@ func ServerOptions(masters []string, fenceAddr, password, caFile string) ([]*red
 	}
 	return out, fence, nil
 }
+
+// Unverified returns, redacted, the addresses among addrs whose URL turns
+// certificate checks off (rediss://...?skip_verify=true): a TLS connection
+// to them accepts any certificate, so whoever is on the path reads the
+// tokens and can release the locks. Addresses that do not parse are left
+// to the errors of the calls that read them.
+func Unverified(addrs ...string) []string {
+	var out []string
+	for _, a := range addrs {
+		if !strings.HasPrefix(a, "rediss://") {
+			continue
+		}
+		if opts, err := redis.ParseURL(a); err == nil && opts.TLSConfig != nil && opts.TLSConfig.InsecureSkipVerify {
+			out = append(out, Redact(a))
+		}
+	}
+	return out
+}
