@@ -150,7 +150,7 @@ func TestCallerCancelNoVote(t *testing.T) {
 				assert.Empty(t, votes[c.addrs[2]], "the caller's cancellation told as the master's vote")
 				assert.False(t, c.health[2].FailedLast(), "the caller's cancellation counted as the master's failure")
 			} else {
-				assert.Equal(t, []Vote{VoteTimeout}, votes[c.addrs[2]])
+				assert.Equal(t, []string{"timeout"}, votes[c.addrs[2]])
 				assert.True(t, c.health[2].FailedLast(), "a call past the round's deadline not counted")
 			}
 			require.NoError(t, l.Unlock(context.Background()))

@@ -220,10 +220,12 @@ func (c *Client) TryLock(ctx context.Context, resource string, ttl time.Duration
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, c.notAttempted(err)
-	}
-	return c.tryLock(ctx, resource, ttl)
+	return c.observeAcquire(ctx, resource, nil, func(ctx context.Context) (*Lock, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, c.notAttempted(ctx, err)
+		}
+		return c.tryLock(ctx, resource, ttl)
+	})
 }
 
 // Lock is [Client.TryLock] that waits: for the holder's release or expiry
@@ -235,7 +237,9 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 	if err := c.check(resource, ttl); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, func() (wait.Waiter[*Lock], error) { return c.policy.Join(ctx, resource, ttl) })
+	return c.observeAcquire(ctx, resource, nil, func(ctx context.Context) (*Lock, error) {
+		return c.wait(ctx, func() (wait.Waiter[*Lock], error) { return c.policy.Join(ctx, resource, ttl) })
+	})
 }
 
 func (c *Client) check(resource string, ttl time.Duration) error {
@@ -271,21 +275,14 @@ func (c *Client) attempt(ctx context.Context, resource string, ttl time.Duration
 }
 
 // attemptLock is attempt for l's keys, asked by a wait policy's asker a
-// (nil: setNX). The
-// Attempted hook hears of it.
+// (nil: setNX). The Attempt and Acquire hooks hear of it.
 func (c *Client) attemptLock(ctx context.Context, l *Lock, ttl time.Duration, a wait.Asker[*Lock]) (*Lock, *quorum.Round, error) {
-	attempted := c.cfg.hooks.Attempted
-	if attempted == nil {
+	if c.cfg.hooks.Attempt == nil && c.cfg.hooks.Acquire == nil {
 		return c.lockRound(ctx, l, ttl, a)
 	}
 	start := time.Now()
 	got, round, err := c.lockRound(ctx, l, ttl, a)
-	var validity time.Duration
-	if err == nil {
-		now, _ := c.clock.now()
-		validity = got.Until().Sub(now)
-	}
-	attempted(time.Since(start), validity, err)
+	c.attempted(ctx, time.Since(start), got, err, true)
 	return got, round, err
 }
 
@@ -513,11 +510,11 @@ func (c *Client) diagnosed(round *quorum.Round) {
 
 // notAttempted is the error of a call whose context had ended before its
 // first attempt: nothing was tried, and nothing is known of the holders
-// or the masters. The Attempted hook hears of it as an attempt.
-func (c *Client) notAttempted(err error) error {
+// or the masters. The Attempt hook hears of it as an attempt.
+func (c *Client) notAttempted(ctx context.Context, err error) error {
 	err = fmt.Errorf("redlock: not attempted: the context had ended: %w", err)
-	if attempted := c.cfg.hooks.Attempted; attempted != nil {
-		attempted(0, 0, err)
+	if c.cfg.hooks.Attempt != nil {
+		c.attempted(ctx, 0, nil, err, false)
 	}
 	return err
 }

@@ -165,15 +165,15 @@ func TestHungProbeMasterSkipped(t *testing.T) {
 		var attempts []error
 		votes := map[string]int{}
 		waiter := virtualClient(t, wrapped, WithHooks(Hooks{
-			Attempted: func(_, _ time.Duration, err error) {
+			Attempt: func(_ context.Context, e Event) {
 				mu.Lock()
-				attempts = append(attempts, err)
+				attempts = append(attempts, e.Err)
 				mu.Unlock()
 			},
-			Voted: func(addr string, v Vote, _ time.Duration) {
+			Vote: func(_ context.Context, e Event) {
 				mu.Lock()
-				if v != VoteAgreed && v != VoteRefused {
-					votes[addr]++
+				if e.Outcome != "agreed" && e.Outcome != "refused" {
+					votes[e.Master]++
 				}
 				mu.Unlock()
 			},
@@ -242,7 +242,7 @@ func TestLateProbeRoundPolls(t *testing.T) {
 		wrapped := append([]Master(nil), masters...)
 		wrapped[p] = slowProbe{masters[p].(full), defaultNodeTimeout / 2}
 		var attempts atomic.Int64
-		waiter := virtualClient(t, wrapped, WithHooks(Hooks{Attempted: func(time.Duration, time.Duration, error) { attempts.Add(1) }}))
+		waiter := virtualClient(t, wrapped, WithHooks(Hooks{Attempt: func(context.Context, Event) { attempts.Add(1) }}))
 		held, err := holder.TryLock(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		got := lockAsync(ctx, waiter, "job", time.Minute)
@@ -401,7 +401,7 @@ func TestHiddenHolderIsNoSplit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		servers, masters := memMasters(5)
 		var rounds atomic.Int32
-		c := virtualClient(t, masters, WithHooks(Hooks{Attempted: func(time.Duration, time.Duration, error) { rounds.Add(1) }}))
+		c := virtualClient(t, masters, WithHooks(Hooks{Attempt: func(context.Context, Event) { rounds.Add(1) }}))
 		time.Sleep(time.Millisecond) // the warm-up
 		for _, s := range servers[:2] {
 			s.Set("lock:job", "another", time.Minute)

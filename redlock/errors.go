@@ -15,7 +15,7 @@ var (
 	// ErrVotesSplit joins ErrNotAcquired when the lost attempt won some
 	// masters but not a majority: the masters' votes were split between
 	// callers that tried at once (its keys were released again). The
-	// Attempted hook ([Hooks]) sees it on each such attempt.
+	// Attempt hook ([Hooks]) sees it on each such attempt.
 	ErrVotesSplit = errors.New("redlock: votes split")
 	// ErrQuorumUnavailable: so many masters failed or did not answer in time
 	// (the node timeout, or the caller's context if it ended first) that a

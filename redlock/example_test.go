@@ -223,9 +223,12 @@ func ExampleClient_Do() {
 func ExampleLock_Renew() {
 	ms, stop := masters(3)
 	defer stop()
-	// A hook stands in for a metrics adapter; the hooks left nil are off.
-	hooks := redlock.Hooks{RenewalFailed: func(resource string, reason error) {
-		fmt.Println("renewal failed on", resource+":", reason)
+	// A hook stands in for a metrics adapter or a tracer; the hooks left nil
+	// are off. Hold's function hears each lock's end, and why.
+	hooks := redlock.Hooks{Hold: func(_ context.Context, resource string) func(redlock.Event) {
+		return func(e redlock.Event) {
+			fmt.Println("held", resource, "until", e.Outcome, "renewed:", e.Renewed)
+		}
 	}}
 	client, err := redlock.New(ms, redlock.WithHooks(hooks))
 	if err != nil {
@@ -251,7 +254,7 @@ func ExampleLock_Renew() {
 	})
 	fmt.Println("lost:", errors.Is(err, redlock.ErrLockLost), "stalled:", errors.Is(err, redlock.ErrNoProgress))
 	// Output:
-	// renewal failed on outbox:relay: redlock: no progress since the last extension
+	// held outbox:relay until no_progress renewed: true
 	// lost: true stalled: true
 }
 

@@ -64,21 +64,22 @@ func conns(ms ...any) []Master {
 }
 
 // hooksOf makes Hooks of the methods o has: a test's recorder keeps what
-// it is told in its own type.
+// it is told in its own type. RenewalFailed hears the end of a renewed
+// lock that was not unlocked, with the cause of its context.
 func hooksOf(o any) Hooks {
 	var h Hooks
 	if v, ok := o.(interface {
 		Attempted(took, validity time.Duration, err error)
 	}); ok {
-		h.Attempted = v.Attempted
+		h.Attempt = func(_ context.Context, e Event) { v.Attempted(e.Took, e.Validity, e.Err) }
 	}
 	if v, ok := o.(interface {
-		Voted(addr string, vote Vote, took time.Duration)
+		Voted(addr, vote string, took time.Duration)
 	}); ok {
-		h.Voted = v.Voted
+		h.Vote = func(_ context.Context, e Event) { v.Voted(e.Master, e.Outcome, e.Took) }
 	}
 	if v, ok := o.(interface{ Extended(err error) }); ok {
-		h.Extended = v.Extended
+		h.Extend = func(context.Context, string) func(Event) { return func(e Event) { v.Extended(e.Err) } }
 	}
 	if v, ok := o.(interface{ Waiting(delta int) }); ok {
 		h.Waiting = v.Waiting
@@ -86,7 +87,13 @@ func hooksOf(o any) Hooks {
 	if v, ok := o.(interface {
 		RenewalFailed(resource string, reason error)
 	}); ok {
-		h.RenewalFailed = v.RenewalFailed
+		h.Hold = func(_ context.Context, resource string) func(Event) {
+			return func(e Event) {
+				if e.Renewed && e.Outcome != "unlocked" {
+					v.RenewalFailed(resource, e.Err)
+				}
+			}
+		}
 	}
 	if v, ok := o.(interface {
 		MasterQuarantined(addr string, until time.Time)

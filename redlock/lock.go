@@ -62,6 +62,7 @@ type Lock struct {
 	renewer  chan struct{} // closed when the renewer of Renew has stopped; nil without one
 
 	progress atomic.Uint64 // advanced by Progress, read by the renewer
+	held     func()        // tells the Hold hook of the lock's end; nil without one
 }
 
 // opLock is a mutex whose waiters wait on a channel: Unlock waits on it
@@ -249,6 +250,7 @@ func (l *Lock) endLocked(cause error) {
 	}
 	l.ended, l.cause = true, cause
 	l.endedAt, _ = l.c.clock.now()
+	l.tellHeld()
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -491,8 +493,11 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, failed func(error)
 	if err := c.check(l.resource, ttl); err != nil {
 		return err
 	}
-	if extended := c.cfg.hooks.Extended; extended != nil {
-		defer func() { extended(err) }()
+	if extend := c.cfg.hooks.Extend; extend != nil {
+		if done := extend(ctx, l.resource); done != nil {
+			start := time.Now()
+			defer func() { done(Event{Outcome: extendOutcome(err), Err: err, Took: time.Since(start)}) }()
+		}
 	}
 	l.op.lock()
 	defer l.op.unlock()

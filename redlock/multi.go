@@ -22,11 +22,13 @@ func (c *Client) TryLockAll(ctx context.Context, resources []string, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, c.notAttempted(err)
-	}
-	l, _, err = c.attemptLock(ctx, l, ttl, nil)
-	return l, err
+	return c.observeAcquire(ctx, "", resources, func(ctx context.Context) (*Lock, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, c.notAttempted(ctx, err)
+		}
+		l, _, err := c.attemptLock(ctx, l, ttl, nil)
+		return l, err
+	})
 }
 
 // LockAll is [Client.TryLockAll] with retries after the retry delay and
@@ -36,8 +38,10 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 	if _, err := c.newMulti(resources, ttl, nil); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx, func() (wait.Waiter[*Lock], error) {
-		return &pollWait{Base: c.newBase(strings.Join(resources, ","), ttl), c: c, resources: resources}, nil
+	return c.observeAcquire(ctx, "", resources, func(ctx context.Context) (*Lock, error) {
+		return c.wait(ctx, func() (wait.Waiter[*Lock], error) {
+			return &pollWait{Base: c.newBase(strings.Join(resources, ","), ttl), c: c, resources: resources}, nil
+		})
 	})
 }
 

@@ -29,18 +29,18 @@ func TestVoteOf(t *testing.T) {
 		agreed bool
 		err    error
 		took   time.Duration
-		want   Vote
+		want   string
 	}{
-		{"set", true, nil, time.Millisecond, VoteAgreed},
-		{"held by another", false, nil, time.Millisecond, VoteRefused},
-		{"an error", false, other, time.Millisecond, VoteFailed},
-		{"the round's deadline", false, context.DeadlineExceeded, 99 * time.Millisecond, VoteTimeout},
-		{"the group's timeout", false, quorum.ErrTimeout, time.Millisecond, VoteTimeout},
-		{"a late OK", true, nil, timeout, VoteTimeout},
-		{"a late refusal", false, nil, 2 * timeout, VoteTimeout},
-		{"quarantined", false, errQuarantined, time.Millisecond, VoteQuarantined},
-		{"skipped by the breaker", false, errStuck, 0, VoteSkipped},
-		{"skipped, wrapped", false, fmt.Errorf("x: %w", errStuck), 0, VoteSkipped},
+		{"set", true, nil, time.Millisecond, "agreed"},
+		{"held by another", false, nil, time.Millisecond, "refused"},
+		{"an error", false, other, time.Millisecond, "failed"},
+		{"the round's deadline", false, context.DeadlineExceeded, 99 * time.Millisecond, "timeout"},
+		{"the group's timeout", false, quorum.ErrTimeout, time.Millisecond, "timeout"},
+		{"a late OK", true, nil, timeout, "timeout"},
+		{"a late refusal", false, nil, 2 * timeout, "timeout"},
+		{"quarantined", false, errQuarantined, time.Millisecond, "quarantined"},
+		{"skipped by the breaker", false, errStuck, 0, "skipped"},
+		{"skipped, wrapped", false, fmt.Errorf("x: %w", errStuck), 0, "skipped"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,19 +49,11 @@ func TestVoteOf(t *testing.T) {
 	}
 }
 
-func TestVoteString(t *testing.T) {
-	want := []string{"agreed", "refused", "failed", "timeout", "quarantined", "skipped"}
-	for v, name := range want {
-		assert.Equal(t, name, Vote(v).String())
-	}
-	assert.Equal(t, "vote(9)", Vote(9).String())
-}
-
 // lockLog records what a LockObserver hears.
 type lockLog struct {
 	mu       sync.Mutex
 	attempts []attemptEvent
-	votes    map[string][]Vote
+	votes    map[string][]string
 	extended []error
 	waiting  atomic.Int64
 	maxWait  atomic.Int64
@@ -72,7 +64,7 @@ type attemptEvent struct {
 	err            error
 }
 
-func newLockLog() *lockLog { return &lockLog{votes: map[string][]Vote{}} }
+func newLockLog() *lockLog { return &lockLog{votes: map[string][]string{}} }
 
 func (o *lockLog) Attempted(took, validity time.Duration, err error) {
 	o.mu.Lock()
@@ -80,7 +72,7 @@ func (o *lockLog) Attempted(took, validity time.Duration, err error) {
 	o.attempts = append(o.attempts, attemptEvent{took, validity, err})
 }
 
-func (o *lockLog) Voted(addr string, vote Vote, _ time.Duration) {
+func (o *lockLog) Voted(addr, vote string, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.votes[addr] = append(o.votes[addr], vote)
@@ -103,11 +95,11 @@ func (o *lockLog) Waiting(delta int) {
 }
 
 // take returns what was heard so far and forgets it.
-func (o *lockLog) take() ([]attemptEvent, map[string][]Vote, []error) {
+func (o *lockLog) take() ([]attemptEvent, map[string][]string, []error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	a, v, e := o.attempts, o.votes, o.extended
-	o.attempts, o.votes, o.extended = nil, map[string][]Vote{}, nil
+	o.attempts, o.votes, o.extended = nil, map[string][]string{}, nil
 	return a, v, e
 }
 
@@ -129,10 +121,10 @@ func (o *lockLog) settle(t *testing.T, n int) {
 }
 
 // voteCount counts the votes heard so far, by kind.
-func (o *lockLog) voteCount() map[Vote]int {
+func (o *lockLog) voteCount() map[string]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := map[Vote]int{}
+	n := map[string]int{}
 	for _, vs := range o.votes {
 		for _, v := range vs {
 			n[v]++
@@ -161,7 +153,7 @@ func TestLockObserver(t *testing.T) {
 	l, err := c.TryLock(ctx, res, ttl)
 	require.NoError(t, err)
 	// The masters the round did not wait for answer later, and are heard too.
-	require.Eventually(t, func() bool { return obs.voteCount()[VoteAgreed] == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.voteCount()["agreed"] == 3 }, 5*time.Second, 5*time.Millisecond)
 	attempts, votes, _ := obs.take()
 	require.Len(t, attempts, 1)
 	assert.NoError(t, attempts[0].err)
@@ -169,12 +161,12 @@ func TestLockObserver(t *testing.T) {
 	assert.Greater(t, attempts[0].validity, ttl/2)
 	assert.LessOrEqual(t, attempts[0].validity, ttl)
 	for _, s := range servers {
-		assert.Equal(t, []Vote{VoteAgreed}, votes[s.Addr()], "votes are told under the master's address")
+		assert.Equal(t, []string{"agreed"}, votes[s.Addr()], "votes are told under the master's address")
 	}
 
 	_, err = c.TryLock(ctx, res, ttl)
 	require.ErrorIs(t, err, ErrNotAcquired)
-	require.Eventually(t, func() bool { return obs.voteCount()[VoteRefused] == 3 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return obs.voteCount()["refused"] == 3 }, 5*time.Second, 5*time.Millisecond)
 	attempts, _, _ = obs.take()
 	require.Len(t, attempts, 1)
 	assert.ErrorIs(t, attempts[0].err, ErrNotAcquired, "the observer gets the caller's error")
@@ -226,9 +218,9 @@ func TestLockObserver(t *testing.T) {
 	require.NoError(t, servers[0].Resume())
 	obs.settle(t, 3)
 	_, votes, _ = obs.take()
-	assert.Equal(t, []Vote{VoteTimeout}, votes[servers[0].Addr()])
-	assert.Equal(t, []Vote{VoteFailed}, votes[servers[1].Addr()])
-	assert.Equal(t, []Vote{VoteAgreed}, votes[servers[2].Addr()])
+	assert.Equal(t, []string{"timeout"}, votes[servers[0].Addr()])
+	assert.Equal(t, []string{"failed"}, votes[servers[1].Addr()])
+	assert.Equal(t, []string{"agreed"}, votes[servers[2].Addr()])
 }
 
 // countingObserver is a recorder of the lock's hooks that allocates nothing.
@@ -237,7 +229,7 @@ type countingObserver struct {
 }
 
 func (o *countingObserver) Attempted(time.Duration, time.Duration, error) { o.attempts.Add(1) }
-func (o *countingObserver) Voted(string, Vote, time.Duration)             { o.votes.Add(1) }
+func (o *countingObserver) Voted(string, string, time.Duration)           { o.votes.Add(1) }
 func (o *countingObserver) Extended(error)                                { o.extended.Add(1) }
 func (o *countingObserver) Waiting(int)                                   {}
 

@@ -174,9 +174,9 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// WithHooks sets who is told of attempts, votes, extensions, waits,
-// renewal failures, quarantines and clock drift (see [Hooks]), for example
-// a metrics adapter. The default tells no one.
+// WithHooks sets who is told of acquisitions, attempts, votes, waits,
+// holds, extensions, quarantines and clock drift (see [Hooks]): a metrics
+// adapter or a tracer. The default tells no one.
 func WithHooks(h Hooks) Option {
 	return func(c *config) { c.hooks = h }
 }

@@ -59,9 +59,12 @@ func (p policyCore) Lease(ttl time.Duration) time.Duration { return p.c.lease(tt
 func (p policyCore) Quarantined(i int) bool                { return p.c.watcher.Quarantined(i) }
 func (p policyCore) Issued(ttl time.Duration)              { p.c.watcher.Issued(ttl) }
 
+// Attempted tells the Attempt hook of a lock handed to a waiter by a
+// round of the policy's, not the waiter's own attempt: its caller's
+// context is not at hand.
 func (p policyCore) Attempted(took, validity time.Duration) {
-	if attempted := p.c.cfg.hooks.Attempted; attempted != nil {
-		attempted(took, validity, nil)
+	if attempt := p.c.cfg.hooks.Attempt; attempt != nil {
+		attempt(context.Background(), Event{Outcome: acquireOutcome(nil), Took: took, Validity: validity})
 	}
 }
 

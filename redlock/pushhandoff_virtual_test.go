@@ -33,7 +33,7 @@ func TestHandoffBetweenClientsTakesNoRound(t *testing.T) {
 		a := virtualClient(t, masters, WithFairness(3*time.Second))
 		var votes atomic.Int64
 		b := virtualClient(t, masters, WithFairness(3*time.Second),
-			WithHooks(Hooks{Voted: func(string, Vote, time.Duration) { votes.Add(1) }}))
+			WithHooks(Hooks{Vote: func(context.Context, Event) { votes.Add(1) }}))
 		held, err := a.TryLock(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		const ttl = 10 * time.Second
@@ -201,10 +201,10 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 		}
 		p := holderC.probeMaster("job")
 		// Each waiter is a client of its own; its attempts are one after
-		// another, so the votes between two Attempted calls are one
+		// another, so the votes between two Attempt calls are one
 		// attempt's.
 		type attempt struct {
-			votes map[string]Vote
+			votes map[string]string
 			err   error
 		}
 		const waiters = 4
@@ -213,19 +213,19 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 		after := make([][]attempt, waiters) // each waiter's attempts after the release
 		results := make([]<-chan lockResult, waiters)
 		for w := range results {
-			votes := map[string]Vote{}
+			votes := map[string]string{}
 			hooks := WithHooks(Hooks{
-				Voted: func(addr string, v Vote, _ time.Duration) {
+				Vote: func(_ context.Context, e Event) {
 					mu.Lock()
-					votes[addr] = v
+					votes[e.Master] = e.Outcome
 					mu.Unlock()
 				},
-				Attempted: func(_, _ time.Duration, err error) {
+				Attempt: func(_ context.Context, e Event) {
 					mu.Lock()
 					if released {
-						after[w] = append(after[w], attempt{votes, err})
+						after[w] = append(after[w], attempt{votes, e.Err})
 					}
-					votes = map[string]Vote{}
+					votes = map[string]string{}
 					mu.Unlock()
 				},
 			})
@@ -268,7 +268,7 @@ func TestWokenWaitersAskOneMasterFirst(t *testing.T) {
 		mu.Lock()
 		for w, as := range after {
 			for _, a := range as {
-				if a.err != nil && a.votes[probeAddr] == VoteRefused {
+				if a.err != nil && a.votes[probeAddr] == "refused" {
 					assert.Len(t, a.votes, 1, "waiter %d, refused by the probe master, asked others: %v", w, a.votes)
 				}
 				assert.NotErrorIs(t, a.err, ErrVotesSplit, "waiter %d: %v (probe master %s)", w, a.votes, probeAddr)

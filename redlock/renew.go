@@ -18,8 +18,8 @@ func (l *Lock) Progress() {
 // Renew starts a renewer that extends the lock by ttl before its lease runs
 // out, only if [Lock.Progress] was called since the last extension and never
 // past maxHold from now (docs/design.md, "Holding a lock through long work").
-// When it cannot, it logs at Error, tells [Hooks].RenewalFailed, ends the lock
-// (the cause of its context wraps [ErrLockLost]) and frees the masters.
+// When it cannot, it logs at Error, ends the lock (the cause of its context
+// wraps [ErrLockLost]; [Hooks].Hold hears why) and frees the masters.
 func (l *Lock) Renew(ttl, maxHold time.Duration) error {
 	if l == nil {
 		return errNilLock
@@ -161,11 +161,8 @@ func (l *Lock) isEnded() bool {
 	return l.ended
 }
 
-// report logs a renewal that could not be made and tells the hook,
-// before the lock's context is cancelled.
+// report logs a renewal that could not be made (the Hold hook hears of the
+// lock's end).
 func (l *Lock) report(reason error) {
 	l.c.cfg.logger.Error("redlock: renewal failed; ending the lock", "resource", l.resource, "err", reason)
-	if failed := l.c.cfg.hooks.RenewalFailed; failed != nil {
-		failed(l.resource, reason)
-	}
 }

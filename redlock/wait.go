@@ -23,7 +23,7 @@ import (
 // attempt cap or the end of ctx.
 func (c *Client) wait(ctx context.Context, join func() (wait.Waiter[*Lock], error)) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, c.notAttempted(err)
+		return nil, c.notAttempted(ctx, err)
 	}
 	w, err := join()
 	if w != nil {
@@ -40,7 +40,7 @@ func (c *Client) wait(ctx context.Context, join func() (wait.Waiter[*Lock], erro
 	for n := 0; ; {
 		if err := ctx.Err(); err != nil {
 			if last == nil {
-				return nil, c.notAttempted(err)
+				return nil, c.notAttempted(ctx, err)
 			}
 			return nil, errors.Join(last, err)
 		}

@@ -9,7 +9,6 @@ package redlockprom
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"sync"
@@ -22,38 +21,26 @@ import (
 	"quorumlock.dev/redlock/check"
 )
 
-// Label values of the counters, indexed by the constants below.
+// Label values of the series: the outcomes the hooks of redlock.Hooks are
+// told, a fixed set each (a word not listed counts as the last one).
 var (
 	attemptOutcomes = [...]string{"acquired", "not_acquired", "quorum_unavailable", "fence_unavailable", "unsafe_config", "cancelled", "error"}
 	extendOutcomes  = [...]string{"extended", "not_held", "quorum_unavailable", "cancelled", "error"}
+	holdOutcomes    = [...]string{"unlocked", "lease_ran_out", "no_progress", "max_hold", "extend_failed"}
 	renewalReasons  = [...]string{"no_progress", "max_hold", "lease_ran_out", "extend_failed"}
-	votes           = [...]redlock.Vote{redlock.VoteAgreed, redlock.VoteRefused, redlock.VoteFailed, redlock.VoteTimeout, redlock.VoteQuarantined, redlock.VoteSkipped}
+	votes           = [...]string{"agreed", "refused", "failed", "timeout", "quarantined", "skipped"}
 )
 
-const (
-	attemptAcquired = iota
-	attemptNotAcquired
-	attemptQuorumUnavailable
-	attemptFenceUnavailable
-	attemptUnsafeConfig
-	attemptCancelled
-	attemptError
-)
-
-const (
-	extendOK = iota
-	extendNotHeld
-	extendQuorumUnavailable
-	extendCancelled
-	extendError
-)
-
-const (
-	renewalNoProgress = iota
-	renewalMaxHold
-	renewalLeaseRanOut
-	renewalExtendFailed
-)
+// index is the place of word among words, the last one's when it is not
+// there: a new outcome of a later redlock counts, and adds no series.
+func index(words []string, word string) int {
+	for i, w := range words {
+		if w == word {
+			return i
+		}
+	}
+	return len(words) - 1
+}
 
 // Buckets of the histograms, in seconds.
 var (
@@ -61,16 +48,19 @@ var (
 	latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 15) // 100 µs .. 1.6 s
 	// From a lease nearly spent to long leases.
 	validityBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// From a lock released at once to a job held for an hour and more.
+	holdBuckets = prometheus.ExponentialBuckets(0.001, 4, 12) // 1 ms .. 70 min
 )
 
-// Metrics counts a client's acquisitions, votes, extensions, renewal
-// failures, waiters, quarantines and clock drift, and the writes its guards
-// refuse. One Metrics may serve several clients; it is safe for concurrent
+// Metrics counts a client's acquisitions, votes, holds, extensions,
+// renewal failures, waiters, quarantines and clock drift, and the writes its
+// guards refuse. One Metrics may serve several clients; it is safe for concurrent
 // use, and register it once.
 type Metrics struct {
 	attempts    [len(attemptOutcomes)]prometheus.Counter
 	acquireDur  prometheus.Histogram
 	validity    prometheus.Histogram
+	holds       [len(holdOutcomes)]prometheus.Observer
 	extensions  [len(extendOutcomes)]prometheus.Counter
 	renewals    [len(renewalReasons)]prometheus.Counter
 	rejected    prometheus.Counter
@@ -83,6 +73,9 @@ type Metrics struct {
 	jumps       *prometheus.CounterVec
 	problems    *prometheus.GaugeVec
 	collectors  []prometheus.Collector
+	// The end functions the start hooks return, made once: a hook call
+	// allocates nothing.
+	held, extended func(redlock.Event)
 
 	mu      sync.RWMutex
 	masters map[string]*master // by address: bounded by the masters of the clients served
@@ -103,17 +96,18 @@ type master struct {
 var _ prometheus.Collector = (*Metrics)(nil)
 
 // Hooks are the client's hooks that count into m: redlock.WithHooks(m.Hooks()).
+// They use neither the context nor the resource name they are given.
 func (m *Metrics) Hooks() redlock.Hooks {
 	return redlock.Hooks{
-		Attempted:         m.Attempted,
-		Voted:             m.Voted,
-		Extended:          m.Extended,
-		Waiting:           m.Waiting,
-		RenewalFailed:     m.RenewalFailed,
-		MasterQuarantined: m.MasterQuarantined,
-		MasterRestored:    m.MasterRestored,
-		MasterDrift:       m.MasterDrift,
-		MasterClockJumped: m.MasterClockJumped,
+		Attempt:           m.attempt,
+		Vote:              m.vote,
+		Waiting:           m.waiting,
+		Hold:              m.hold,
+		Extend:            m.extend,
+		MasterQuarantined: m.masterQuarantined,
+		MasterRestored:    m.masterRestored,
+		MasterDrift:       m.masterDrift,
+		MasterClockJumped: m.masterClockJumped,
 	}
 }
 
@@ -140,6 +134,8 @@ func New(namespace string) (*Metrics, error) {
 		"Extend calls, the renewer's included, by outcome.")), []string{"outcome"})
 	renewals := prometheus.NewCounterVec(prometheus.CounterOpts(opts("renewal_failures_total",
 		"Locks that the renewer of Lock.Renew ended, by reason.")), []string{"reason"})
+	holds := prometheus.NewHistogramVec(histogram("hold_duration_seconds",
+		"Time a lock was held, from its acquisition to its end on the holder's side, by how it ended.", holdBuckets), []string{"outcome"})
 	m := &Metrics{
 		acquireDur: prometheus.NewHistogram(histogram("acquire_duration_seconds",
 			"Time an acquisition attempt took, whatever its outcome, the fence's mint included.", latencyBuckets)),
@@ -175,7 +171,11 @@ func New(namespace string) (*Metrics, error) {
 	for i, r := range renewalReasons {
 		m.renewals[i] = renewals.WithLabelValues(r)
 	}
-	m.collectors = []prometheus.Collector{attempts, m.acquireDur, m.validity, extensions, renewals, m.rejected,
+	for i, o := range holdOutcomes {
+		m.holds[i] = holds.WithLabelValues(o)
+	}
+	m.held, m.extended = m.holdEnded, m.extendEnded
+	m.collectors = []prometheus.Collector{attempts, m.acquireDur, m.validity, holds, extensions, renewals, m.rejected,
 		m.waiters, m.votes, m.voteDur, m.quarantined, m.quarantines, m.drift, m.jumps, m.problems}
 	return m, nil
 }
@@ -214,84 +214,47 @@ func (m *Metrics) master(addr string) *master {
 		jumps:       m.jumps.WithLabelValues(addr),
 	}
 	for i, v := range votes {
-		s.votes[i] = m.votes.WithLabelValues(addr, v.String())
+		s.votes[i] = m.votes.WithLabelValues(addr, v)
 	}
 	m.masters[addr] = s
 	return s
 }
 
-// Attempted is the Attempted hook of [Metrics.Hooks].
-func (m *Metrics) Attempted(took, validity time.Duration, err error) {
-	m.attempts[attemptOutcome(err)].Inc()
-	m.acquireDur.Observe(took.Seconds())
-	if err == nil {
-		m.validity.Observe(validity.Seconds())
+func (m *Metrics) attempt(_ context.Context, e redlock.Event) {
+	m.attempts[index(attemptOutcomes[:], e.Outcome)].Inc()
+	m.acquireDur.Observe(e.Took.Seconds())
+	if e.Err == nil {
+		m.validity.Observe(e.Validity.Seconds())
 	}
 }
 
-func attemptOutcome(err error) int {
-	switch {
-	case err == nil:
-		return attemptAcquired
-	case errors.Is(err, check.ErrUnsafe):
-		return attemptUnsafeConfig
-	case errors.Is(err, redlock.ErrFenceUnavailable):
-		return attemptFenceUnavailable
-	case errors.Is(err, redlock.ErrQuorumUnavailable):
-		return attemptQuorumUnavailable
-	case errors.Is(err, redlock.ErrNotAcquired):
-		return attemptNotAcquired
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return attemptCancelled // the caller's context ended it, not a holder or a master
-	}
-	return attemptError
+func (m *Metrics) vote(_ context.Context, e redlock.Event) {
+	s := m.master(e.Master)
+	s.votes[index(votes[:], e.Outcome)].Inc()
+	s.voteDur.Observe(e.Took.Seconds())
 }
 
-// Voted is the Voted hook of [Metrics.Hooks].
-func (m *Metrics) Voted(addr string, vote redlock.Vote, took time.Duration) {
-	s := m.master(addr)
-	if int(vote) < len(s.votes) {
-		s.votes[vote].Inc()
-	}
-	s.voteDur.Observe(took.Seconds())
+func (m *Metrics) extend(context.Context, string) func(redlock.Event) { return m.extended }
+
+func (m *Metrics) extendEnded(e redlock.Event) {
+	m.extensions[index(extendOutcomes[:], e.Outcome)].Inc()
 }
 
-// Extended is the Extended hook of [Metrics.Hooks].
-func (m *Metrics) Extended(err error) {
-	i := extendError
-	switch {
-	case err == nil:
-		i = extendOK
-	case errors.Is(err, redlock.ErrQuorumUnavailable):
-		i = extendQuorumUnavailable
-	case errors.Is(err, redlock.ErrLockNotHeld):
-		i = extendNotHeld
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		i = extendCancelled
+func (m *Metrics) waiting(delta int) { m.waiters.Add(float64(delta)) }
+
+func (m *Metrics) hold(context.Context, string) func(redlock.Event) { return m.held }
+
+// holdEnded observes the hold, and counts a renewed lock that ended but by
+// Unlock as a renewal failure: the renewer ended it, or came too late.
+func (m *Metrics) holdEnded(e redlock.Event) {
+	m.holds[index(holdOutcomes[:], e.Outcome)].Observe(e.Took.Seconds())
+	if e.Renewed && e.Outcome != "unlocked" {
+		m.renewals[index(renewalReasons[:], e.Outcome)].Inc()
 	}
-	m.extensions[i].Inc()
 }
 
-// Waiting is the Waiting hook of [Metrics.Hooks].
-func (m *Metrics) Waiting(delta int) { m.waiters.Add(float64(delta)) }
-
-// RenewalFailed is the RenewalFailed hook of [Metrics.Hooks]. The resource is not a label.
-func (m *Metrics) RenewalFailed(_ string, reason error) {
-	i := renewalExtendFailed
-	switch {
-	case errors.Is(reason, redlock.ErrNoProgress):
-		i = renewalNoProgress
-	case errors.Is(reason, redlock.ErrMaxHold):
-		i = renewalMaxHold
-	case errors.Is(reason, redlock.ErrLockLost):
-		i = renewalLeaseRanOut
-	}
-	m.renewals[i].Inc()
-}
-
-// MasterQuarantined is the MasterQuarantined hook of [Metrics.Hooks]. A quarantine
-// whose end moves later is counted once.
-func (m *Metrics) MasterQuarantined(addr string, _ time.Time) {
+// masterQuarantined counts a quarantine whose end moves later once.
+func (m *Metrics) masterQuarantined(addr string, _ time.Time) {
 	s := m.master(addr)
 	s.quarantined.Set(1)
 	if !s.out.Swap(true) {
@@ -299,16 +262,15 @@ func (m *Metrics) MasterQuarantined(addr string, _ time.Time) {
 	}
 }
 
-// MasterRestored is the MasterRestored hook of [Metrics.Hooks].
-func (m *Metrics) MasterRestored(addr string) {
+func (m *Metrics) masterRestored(addr string) {
 	s := m.master(addr)
 	s.quarantined.Set(0)
 	s.out.Store(false)
 }
 
-// MasterDrift is the MasterDrift hook of [Metrics.Hooks]: rate
-// is the master's clock rate relative to the client's.
-func (m *Metrics) MasterDrift(addr string, rate float64) {
+// masterDrift sets the drift gauge: rate is the master's clock rate
+// relative to the client's.
+func (m *Metrics) masterDrift(addr string, rate float64) {
 	s := m.master(addr)
 	m.mu.Lock()
 	if s.drift == nil {
@@ -319,8 +281,7 @@ func (m *Metrics) MasterDrift(addr string, rate float64) {
 	g.Set(rate - 1)
 }
 
-// MasterClockJumped is the MasterClockJumped hook of [Metrics.Hooks].
-func (m *Metrics) MasterClockJumped(addr string, _ time.Duration) {
+func (m *Metrics) masterClockJumped(addr string, _ time.Duration) {
 	m.master(addr).jumps.Inc()
 }
 

@@ -2,7 +2,6 @@ package redlockprom
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -224,10 +223,10 @@ func TestSeriesMove(t *testing.T) {
 	_, err = c.TryLock(ctx, "metrics:noquorum", ttl)
 	require.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
 
-	// The clock monitor (redlock's DriftObserver) is called directly: the
-	// monitor's own tests drive a master's clock.
-	m.MasterDrift(addr(0), 1.02)
-	m.MasterClockJumped(addr(0), 2*time.Second)
+	// The clock monitor's hooks are called directly: the monitor's own
+	// tests drive a master's clock.
+	m.masterDrift(addr(0), 1.02)
+	m.masterClockJumped(addr(0), 2*time.Second)
 
 	// Every series that these events reach moved. Votes arrive from the
 	// masters the rounds did not wait for, after the attempts returned.
@@ -240,6 +239,8 @@ func TestSeriesMove(t *testing.T) {
 		"quorumlock_lock_acquire_attempts_total{outcome=cancelled}",
 		"quorumlock_lock_acquire_duration_seconds",
 		"quorumlock_lock_acquired_validity_seconds",
+		"quorumlock_lock_hold_duration_seconds{outcome=unlocked}",
+		"quorumlock_lock_hold_duration_seconds{outcome=no_progress}",
 		"quorumlock_lock_extensions_total{outcome=extended}",
 		"quorumlock_lock_extensions_total{outcome=not_held}",
 		"quorumlock_lock_renewal_failures_total{reason=no_progress}",
@@ -320,9 +321,9 @@ func TestSeriesDoNotGrowWithResources(t *testing.T) {
 func TestLint(t *testing.T) {
 	m, _ := newMetrics(t)
 	// Touch every vector so that it has a series to lint.
-	m.Voted("127.0.0.1:6379", redlock.VoteAgreed, time.Millisecond)
-	m.MasterQuarantined("127.0.0.1:6379", time.Now())
-	m.MasterDrift("127.0.0.1:6379", 1)
+	m.vote(t.Context(), redlock.Event{Master: "127.0.0.1:6379", Outcome: "agreed", Took: time.Millisecond})
+	m.masterQuarantined("127.0.0.1:6379", time.Now())
+	m.masterDrift("127.0.0.1:6379", 1)
 	m.RecordCheck(check.Report{Masters: []check.NodeReport{{Node: "master 0", Addr: "127.0.0.1:6379"}}})
 	problems, err := testutil.CollectAndLint(m)
 	require.NoError(t, err)
@@ -349,62 +350,66 @@ func TestNewNamespace(t *testing.T) {
 func TestQuarantineCounting(t *testing.T) {
 	m, reg := newMetrics(t)
 	const a = "127.0.0.1:1"
-	m.MasterQuarantined(a, time.Now().Add(time.Second))
-	m.MasterQuarantined(a, time.Now().Add(2*time.Second))
+	m.masterQuarantined(a, time.Now().Add(time.Second))
+	m.masterQuarantined(a, time.Now().Add(2*time.Second))
 	s := scrape(t, reg)
 	assert.Equal(t, 1.0, s["quorumlock_lock_master_quarantines_total{master="+a+"}"])
 	assert.Equal(t, 1.0, s["quorumlock_lock_master_quarantined{master="+a+"}"])
-	m.MasterRestored(a)
-	m.MasterQuarantined(a, time.Now().Add(time.Second))
+	m.masterRestored(a)
+	m.masterQuarantined(a, time.Now().Add(time.Second))
 	s = scrape(t, reg)
 	assert.Equal(t, 2.0, s["quorumlock_lock_master_quarantines_total{master="+a+"}"])
 	_, drift := s["quorumlock_lock_master_clock_drift_ratio{master="+a+"}"]
 	assert.False(t, drift, "a drift reported for a master never measured")
 }
 
+// Each outcome the hooks are told moves its own series, and a word that a
+// later redlock may add moves the catch-all one instead of making a series.
+// A renewed lock that ended other than by Unlock is a renewal failure; one
+// without a renewer, or unlocked, is not.
 func TestOutcomes(t *testing.T) {
-	tests := []struct {
-		err  error
-		want string
-	}{
-		{nil, "acquired"},
-		{redlock.ErrNotAcquired, "not_acquired"},
-		{fmt.Errorf("x: %w", redlock.ErrQuorumUnavailable), "quorum_unavailable"},
-		{fmt.Errorf("%w: %w", redlock.ErrFenceUnavailable, fence.ErrCounterRegressed), "fence_unavailable"},
-		{fmt.Errorf("%w: replica", check.ErrUnsafe), "unsafe_config"},
-		{fmt.Errorf("redlock: not attempted: %w", context.Canceled), "cancelled"},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), "cancelled"},
-		{errors.Join(redlock.ErrNotAcquired, context.DeadlineExceeded), "not_acquired"},
-		{errors.Join(redlock.ErrQuorumUnavailable, context.DeadlineExceeded), "quorum_unavailable"},
-		{redlock.ErrWrongType, "error"},
-		{errors.New("redlock: fair lock script replied [x]"), "error"},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, attemptOutcomes[attemptOutcome(tt.err)], "%v", tt.err)
-	}
 	m, reg := newMetrics(t)
-	for _, reason := range []error{redlock.ErrNoProgress, redlock.ErrMaxHold, fmt.Errorf("%w: the lease ran out", redlock.ErrLockLost), redlock.ErrQuorumUnavailable} {
-		m.RenewalFailed("r", reason)
+	ctx := t.Context()
+	for _, o := range attemptOutcomes {
+		m.attempt(ctx, redlock.Event{Outcome: o})
 	}
-	for _, err := range []error{nil, redlock.ErrLockNotHeld, redlock.ErrQuorumUnavailable, fmt.Errorf("redlock: Extend not attempted: %w", context.Canceled), errors.New("redlock: extend script replied x")} {
-		m.Extended(err)
+	m.attempt(ctx, redlock.Event{Outcome: "a_word_from_the_future"})
+	for _, o := range extendOutcomes {
+		m.extend(ctx, "r")(redlock.Event{Outcome: o})
 	}
-	s := scrape(t, reg)
 	for _, r := range renewalReasons {
-		assert.Equal(t, 1.0, s["quorumlock_lock_renewal_failures_total{reason="+r+"}"], r)
+		m.hold(ctx, "r")(redlock.Event{Outcome: r, Renewed: true})
 	}
+	m.hold(ctx, "r")(redlock.Event{Outcome: "unlocked", Renewed: true})
+	m.hold(ctx, "r")(redlock.Event{Outcome: "lease_ran_out"})
+	s := scrape(t, reg)
+	for _, o := range attemptOutcomes[:len(attemptOutcomes)-1] {
+		assert.Equal(t, 1.0, s["quorumlock_lock_acquire_attempts_total{outcome="+o+"}"], o)
+	}
+	assert.Equal(t, 2.0, s["quorumlock_lock_acquire_attempts_total{outcome=error}"])
 	for _, o := range extendOutcomes {
 		assert.Equal(t, 1.0, s["quorumlock_lock_extensions_total{outcome="+o+"}"], o)
 	}
+	for _, r := range renewalReasons {
+		assert.Equal(t, 1.0, s["quorumlock_lock_renewal_failures_total{reason="+r+"}"], r)
+	}
+	assert.Equal(t, 2.0, s["quorumlock_lock_hold_duration_seconds{outcome=lease_ran_out}"])
+	assert.Equal(t, 1.0, s["quorumlock_lock_hold_duration_seconds{outcome=unlocked}"])
 }
 
-// The vote callback allocates nothing once a master's series exist.
-func TestVotedAllocs(t *testing.T) {
+// The hooks allocate nothing once a master's series exist.
+func TestHookAllocs(t *testing.T) {
 	m, _ := newMetrics(t)
-	m.Voted("127.0.0.1:6379", redlock.VoteAgreed, time.Millisecond)
+	h := m.Hooks()
+	ctx := t.Context()
+	h.Vote(ctx, redlock.Event{Master: "127.0.0.1:6379", Outcome: "agreed"})
 	allocs := testing.AllocsPerRun(1000, func() {
-		m.Voted("127.0.0.1:6379", redlock.VoteRefused, time.Millisecond)
-		m.Attempted(time.Millisecond, time.Second, nil)
+		h.Vote(ctx, redlock.Event{Master: "127.0.0.1:6379", Outcome: "refused", Took: time.Millisecond})
+		h.Attempt(ctx, redlock.Event{Outcome: "acquired", Took: time.Millisecond, Validity: time.Second})
+		h.Waiting(1)
+		h.Waiting(-1)
+		h.Hold(ctx, "r")(redlock.Event{Outcome: "unlocked", Took: time.Second})
+		h.Extend(ctx, "r")(redlock.Event{Outcome: "extended"})
 	})
 	assert.Zero(t, allocs)
 }

@@ -86,12 +86,13 @@ func overlaps(sections []section) int64 {
 }
 
 // rounds counts a contended row's acquisition attempts as its clients'
-// Attempted hook hears of them: all of them (Lock's retries and handoffs
+// Attempt hook hears of them: all of them (Lock's retries and handoffs
 // included), those lost to another holder, and of those the ones whose votes
 // split: some masters won, no majority.
 type rounds struct{ all, lost, split atomic.Int64 }
 
-func (r *rounds) attempted(_, _ time.Duration, err error) {
+func (r *rounds) attempted(_ context.Context, e redlock.Event) {
+	err := e.Err
 	r.all.Add(1)
 	if errors.Is(err, redlock.ErrNotAcquired) {
 		r.lost.Add(1)

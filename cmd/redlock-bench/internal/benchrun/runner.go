@@ -274,7 +274,7 @@ func (s *setup) lockClient(d string, addrs []string, fair, poll bool, counted *r
 		opts = append(opts, redlock.WithFairness(max(time.Second, 4*s.cfg.NodeTimeout)))
 	}
 	if counted != nil {
-		opts = append(opts, redlock.WithHooks(redlock.Hooks{Attempted: counted.attempted}))
+		opts = append(opts, redlock.WithHooks(redlock.Hooks{Attempt: counted.attempted}))
 	}
 	if s.cfg.Fence {
 		fc, err := s.conn(d, s.fence)

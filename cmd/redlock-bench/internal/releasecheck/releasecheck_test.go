@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,11 +73,10 @@ func TestRequirementsAreOneRelease(t *testing.T) {
 // fenced write and rueidis variant build and run against redis-server.
 //
 // The go commands use the machine's module cache, so that go-redis, rueidis and their
-// dependencies sit in the directories the rest of the suite builds them from, and build with
-// -race, as the suite does: their packages then come from the build cache that the race tests of
-// the root module and of driver/rueidis filled, and a cold CI machine compiles only this
-// repository's packages here. The checkout served as a release is taken out of that module cache
-// before and after the test ([removeRelease]).
+// dependencies sit in the directories the rest of the suite builds them from, and the programs
+// build with -race ([buildPrograms]): on a cold CI machine only this repository's packages are
+// compiled here. The checkout served as a release is taken out of that module cache before and
+// after the test ([removeRelease]).
 func TestInstallAsREADMESays(t *testing.T) {
 	v, mods := release(t)
 	goBin := goCommand(t)
@@ -87,6 +87,7 @@ func TestInstallAsREADMESays(t *testing.T) {
 	proxy := filepath.Join(tmp, "proxy")
 	require.NoError(t, WriteProxy(proxy, root, mods, v, time.Now()))
 	cache := goEnv(t, goBin, "GOMODCACHE")
+	lockModCache(t, cache)
 	require.NoError(t, removeRelease(cache), "a run that was killed left this checkout in the module cache")
 	t.Cleanup(func() {
 		assert.NoError(t, removeRelease(cache), "this checkout, served as a release, is left in the module cache")
@@ -98,6 +99,12 @@ func TestInstallAsREADMESays(t *testing.T) {
 		"GOFLAGS":    "-mod=mod",
 		"GOWORK":     "off",
 		"GOMODCACHE": cache,
+		// The go command indexes a module of the module cache by its
+		// directory alone, trusting that it never changes: the checkout,
+		// served at the same version run after run, would be read with the
+		// imports of an earlier run's (a new import failed to build with
+		// "could not import ... (open : no such file or directory)").
+		"GODEBUG": strings.TrimPrefix(os.Getenv("GODEBUG")+",goindex=0", ","),
 	})
 	app := filepath.Join(tmp, "app")
 	require.NoError(t, os.Mkdir(app, 0o755))
@@ -129,12 +136,9 @@ func TestInstallAsREADMESays(t *testing.T) {
 	onRueidis := block(t, readme, "driver/rueidis/quickstart_example_test.go", "Example_quickStart")
 	writeProgram(t, filepath.Join(app, "quickstart"), goredisMain+quick+"\n"+fenced)
 	writeProgram(t, filepath.Join(app, "onrueidis"), rueidisMain+splice(t, quick, onRueidis))
-	// -race, as the suite's go test builds go-redis and rueidis; -v names the packages compiled,
-	// not those the build cache had.
-	_, compiled := runOutput(t, app, env, goBin, "build", "-race", "-v", "-o", filepath.Join(tmp, "bin")+"/", "./quickstart", "./onrueidis")
-	t.Logf("compiled, not from the build cache: %s", strings.Join(strings.Fields(compiled), " "))
+	buildPrograms(t, app, env, goBin, filepath.Join(tmp, "bin"))
 
-	// A race-enabled program sleeps a second before it exits, unless told not to.
+	// A program built with -race sleeps a second before it exits, unless told not to.
 	env = append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	masters := []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}
 	out := run(t, app, env, filepath.Join(tmp, "bin", "quickstart"),
@@ -187,7 +191,7 @@ func TestCheckoutAsREADMESays(t *testing.T) {
 	for _, line := range lines {
 		run(t, app, env, goBin, strings.Fields(line)[1:]...)
 	}
-	run(t, app, env, goBin, "build", "-o", filepath.Join(tmp, "bin")+"/", "./quickstart", "./onrueidis")
+	buildPrograms(t, app, env, goBin, filepath.Join(tmp, "bin"))
 }
 
 // In the repository's workspace, each nested module builds and tests with the versions its
@@ -318,6 +322,24 @@ func writeReport(ctx context.Context) error {
 
 `
 
+// buildPrograms builds the programs quickstart and onrueidis of the module at app into bin, in
+// one go command. It builds them with -race, as the suite's go test builds every package: go-redis,
+// rueidis and their dependencies, which the root module's and driver/rueidis's race tests built
+// from the same module cache, then come from the build cache, and only this repository's packages
+// may need compiling. Without cgo, which the race detector needs, it builds them without. It logs
+// the packages compiled (-v names them, not those the build cache had).
+func buildPrograms(t *testing.T, app string, env []string, goBin, bin string) {
+	t.Helper()
+	args := []string{"build", "-v", "-o", bin + string(filepath.Separator), "./quickstart", "./onrueidis"}
+	if cgo := goEnv(t, goBin, "CGO_ENABLED"); cgo == "1" {
+		args = slices.Insert(args, 1, "-race")
+	} else {
+		t.Logf("CGO_ENABLED=%s: building without -race, which needs cgo, so not from the race tests' build cache", cgo)
+	}
+	_, compiled := runOutput(t, app, env, goBin, args...)
+	t.Logf("compiled, not from the build cache: %s", strings.Join(strings.Fields(compiled), " "))
+}
+
 // splice returns the quick start with the lines up to its redlock.New replaced by variant's,
 // which end with the variant's redlock.New: the README shows only the lines that change.
 func splice(t *testing.T, quick, variant string) string {
@@ -395,6 +417,24 @@ func checkoutLines(blocks []doccheck.Block) []string {
 		return lines
 	}
 	return nil
+}
+
+// lockModCache holds a lock on the module cache at cache until t ends, so that two runs of
+// [TestInstallAsREADMESays] on one machine (two checkouts, two CI jobs) do not take each other's
+// checkout from the cache for a release, or remove it under the other's build. The lock is the
+// operating system's, released when the process ends however it ends.
+func lockModCache(t *testing.T, cache string) {
+	t.Helper()
+	dir := filepath.Join(cache, "cache")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	f, err := os.OpenFile(filepath.Join(dir, "quorumlock-releasecheck.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() }) // releases the lock
+	start := time.Now()
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX))
+	if d := time.Since(start); d > time.Second {
+		t.Logf("waited %v for another run's lock on the module cache", d.Round(time.Millisecond))
+	}
 }
 
 // removeRelease removes from the module cache at cache every version of this repository's

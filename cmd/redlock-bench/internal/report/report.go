@@ -105,7 +105,7 @@ type Row struct {
 	// added since.
 	Driver string `json:"driver"`
 
-	// The contended scenario's acquisition attempts (rounds), as the clients' Attempted
+	// The contended scenario's acquisition attempts (rounds), as the clients' Attempt
 	// hook counts them: every one (Lock's retries and handoffs included), those lost to
 	// another holder (ErrNotAcquired), and of those the ones whose votes split: some
 	// masters won but no majority (ErrVotesSplit). SplitPct is split over lost, in percent.
