@@ -7,7 +7,7 @@ BENCH   ?= .
 BENCHTIME ?= 2s
 COUNT   ?= 1
 
-.PHONY: test bench bench-redis bench-fencing chaos choose soak sim gobench lint fuzz deps clean
+.PHONY: test bench bench-redis bench-fencing chaos choose soak sim gobench lint fuzz model deps clean
 
 # Nested modules, each with its own go.mod so that the library's build links none of their
 # dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests;
@@ -117,6 +117,17 @@ lint:
 	@if $(ROOTGO) list -deps ./quorum ./clockdrift | grep -E 'redis|valkey|quorumlock.dev/' | grep -v -E '^quorumlock.dev/(quorum|clockdrift)$$'; then \
 		echo "quorum or clockdrift imports the packages above"; exit 1; fi
 
+# The SPIN models at larger bounds than make test's (docs/model.md): redlock.pml with 2
+# acquisitions per client over 6 ticks, exhaustive where it fits and bitstate (-DBITSTATE) where
+# it does not; fence.pml with 4 mints and 3 losses; every pan prints its states and time.
+model: deps
+	@set -e; d=$$(mktemp -d); cp model/*.pml $$d; cd $$d; \
+	for c in "redlock.pml -DCYCLES=2 -DINFLIGHT -DTMAX=0" "fence.pml -DMINTS=4 -DLOSSES=3"; do \
+		echo "== $$c (exhaustive)"; spin -a $${c#* } $${c%% *} && gcc -O2 -w -DSAFETY -DMEMLIM=4096 -o pan pan.c && ./pan -m400000 | grep -E 'errors|states, stored|elapsed'; done; \
+	for c in "-DCYCLES=2" "-DCYCLES=2 -DSUSPEND" "-DCYCLES=2 -DEXTEND" "-DCYCLES=2 -DRESTART" "-DCYCLES=2 -DPAUSE -DNO_MUTEX"; do \
+		echo "== redlock.pml $$c (bitstate)"; spin -a $$c redlock.pml && gcc -O2 -w -DSAFETY -DBITSTATE -o pan pan.c && ./pan -w30 -m400000 | grep -E 'errors|states, stored|elapsed'; done; \
+	rm -rf $$d
+
 # A short run of each fuzz target.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzValidity -fuzztime 30s ./clockdrift/
@@ -131,6 +142,7 @@ deps:
 	{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$$missing gcc"; \
 	{ command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	command -v mariadbd >/dev/null 2>&1 || missing="$$missing mariadb-server"; \
+	command -v spin >/dev/null 2>&1 || missing="$$missing spin"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing$$missing"; \

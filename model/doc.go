@@ -1,0 +1,7 @@
+// Package model holds the Promela models of the lock (redlock.pml), the fence
+// counter (fence.pml) and the fair wait policy (fair.pml), and the test that
+// has SPIN check them in make test: every property where it must hold, every
+// re-injected bug and the case without timing assumptions where it must fail
+// (README.md in this folder, docs/model.md). Steps turns a counterexample
+// that spin prints into numbered steps named after the Go code.
+package model
