@@ -69,6 +69,7 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench [flags]\n       redlock-bench fencing [flags]   (the fence's duplicate-write benchmark; -h for its flags)\n       redlock-bench chaos [flags]     (faults injected on real servers, counted; -h for its flags)\n       redlock-bench check -addrs ...  (the masters' settings that matter to the lock; -h for its flags)\n       redlock-bench inspect -addrs ... -resource R   (who holds a lock, on each master; -h)\n       redlock-bench release -addrs ... -resource R -token T   (break-glass release of a gone holder's lock; -h)\n       redlock-bench choose [flags]    (single Redis, Redlock, etcd and PostgreSQL measured side by side; -h for its flags)\n\nRedlock over N masters against the single-instance mode, side by side.\n\n")
 		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), columnsHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -214,6 +215,26 @@ func warnUnverified(w io.Writer, addrs ...string) {
 		fmt.Fprintf(w, "redlock-bench: warning: %s turns certificate checks off (skip_verify): anyone on the path can read the lock tokens and release the locks\n", a)
 	}
 }
+
+// columnsHelp ends -h: what the text report's columns and the progress
+// bar mean (the JSON and CSV fields are named in the package doc).
+const columnsHelp = `
+The report (text), one row per variant and concurrency:
+  ops/s                 cycles per second: TryLock won, held (-hold), Unlock
+  p50 ... max µs        the latency of every TryLock attempt, won or lost
+  cycle p50 µs          TryLock + hold + Unlock of the attempts that won
+  acquired              attempts that won; contended: lost to another holder;
+  unavailable           lost because too many masters failed (ErrQuorumUnavailable);
+  errors                any other failure (the row's first one is printed below the table)
+  allocs/op, CPU s      heap allocations per attempt and CPU seconds of the whole process
+  p50 ratio             this row's p50 over the named row's, measured in the same run;
+                        "- (acquired nothing)" when either row won nothing: its p50 is of failures
+The contended scenario (-scenario contended) prints sections/s (critical sections per
+second), Lock p50 and wait p99 (how long Lock waited), handoff p50/p99 (from one holder's
+Unlock call to another goroutine's Lock returning), fairness (min/max sections per goroutine),
+split % (lost rounds whose votes were split) and violations (overlapping sections: must be 0).
+The progress bar, on a terminal, counts the run's time (-d times rows) or its cycles (-n).
+`
 
 // listFlag is the comma-separated list that flag name was given, s: an
 // empty item ("1,,8", a trailing comma) is a usage error, not skipped.

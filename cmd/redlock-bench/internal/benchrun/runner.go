@@ -601,14 +601,18 @@ func measure(ctx context.Context, cfg Config, variants []*variant, c int, bar *p
 			contendedFigures(&r, t)
 		}
 		rows[i] = r
-		p50[key{v.row.Driver, v.label}] = r.AcquireP50Us
+		if r.Acquired > 0 {
+			// A row that acquired nothing has a p50 of failures: no
+			// row's ratio is taken to it.
+			p50[key{v.row.Driver, v.label}] = r.AcquireP50Us
+		}
 	}
 	for i, v := range variants {
 		if v.ratioTo == "" {
 			continue
 		}
 		rows[i].RatioOf = v.ratioTo
-		if d := p50[key{v.row.Driver, v.ratioTo}]; d > 0 {
+		if d := p50[key{v.row.Driver, v.ratioTo}]; d > 0 && rows[i].Acquired > 0 {
 			rows[i].RatioP50 = rows[i].AcquireP50Us / d
 		}
 	}

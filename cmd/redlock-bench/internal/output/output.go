@@ -230,10 +230,15 @@ func writeUncontended(tw io.Writer, rows []report.Row, process string) {
 		process, process)
 	for i, label := range report.Labels(rows, false) {
 		row := rows[i]
-		// A ratio of 0 means the row it names measured nothing, not that
-		// this row was infinitely fast.
+		// A ratio of 0 means one of the two rows acquired nothing (its
+		// p50 is of failures), not that this row was infinitely fast.
 		ratio := "-"
-		if row.RatioOf != "" && row.RatioP50 > 0 {
+		switch {
+		case row.RatioOf != "" && row.Acquired == 0:
+			ratio = "- (acquired nothing)"
+		case row.RatioOf != "" && row.RatioP50 == 0:
+			ratio = "- (" + row.RatioOf + " acquired nothing)"
+		case row.RatioOf != "" && row.RatioP50 > 0:
 			prec := 2
 			if row.RatioP50 >= 10 {
 				prec = 1

@@ -236,3 +236,32 @@ func TestWriteReportsWriteErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteTextNoRatioWithoutAcquisitions: a row that acquired nothing has
+// a p50 of failures: it prints no ratio but why, and neither does a row
+// whose reference acquired nothing (a c=64 row on a starved machine once
+// read "2083.7× single").
+func TestWriteTextNoRatioWithoutAcquisitions(t *testing.T) {
+	rep := reporttest.Realistic()
+	i := slices.IndexFunc(rep.Results, func(r report.Row) bool { return r.RatioOf != "" && r.RatioP50 > 0 })
+	require.GreaterOrEqual(t, i, 0)
+	rep.Results[i].Acquired, rep.Results[i].RatioP50 = 0, 0
+	rep.Results[i].AcquireMaxUs = 987654 // finds the row's line
+	var out bytes.Buffer
+	require.NoError(t, output.Write(&out, rep, "text"))
+	var line string
+	for l := range strings.Lines(out.String()) {
+		if strings.Contains(l, "987654") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, out.String())
+	assert.True(t, strings.HasSuffix(strings.TrimSpace(line), "- (acquired nothing)"), line)
+	assert.NotContains(t, line, "×")
+
+	rep = reporttest.Realistic()
+	rep.Results[i].RatioP50 = 0 // its reference acquired nothing
+	out.Reset()
+	require.NoError(t, output.Write(&out, rep, "text"))
+	assert.Contains(t, out.String(), "- ("+rep.Results[i].RatioOf+" acquired nothing)")
+}

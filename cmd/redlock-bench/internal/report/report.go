@@ -87,7 +87,8 @@ type Row struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`   // user+system CPU of the whole process; likewise
 
 	// RatioP50 is this row's acquire p50 over the p50 of the row named by
-	// RatioOf, measured in the same run ("" and 0 when there is none).
+	// RatioOf, measured in the same run ("" and 0 when there is none; 0 too
+	// when either row acquired nothing, its p50 being of failures).
 	RatioOf  string  `json:"ratio_of"`
 	RatioP50 float64 `json:"ratio_p50"`
 
