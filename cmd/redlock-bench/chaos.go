@@ -14,17 +14,19 @@ import (
 	"time"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaos"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaosstore"
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
+	"quorumlock.dev/internal/harness/mariadbserver"
 	"quorumlock.dev/internal/harness/pgserver"
 )
 
 // chaosInvocation is a parsed `redlock-bench chaos` command line.
 type chaosInvocation struct {
-	cfg    chaos.Config
-	format string
-	json   string // also write the rows as JSON to this file
-	store  string // memory or postgres
-	secret string // the PostgreSQL password of -pg-dsn, kept out of every message
+	cfg     chaos.Config
+	format  string
+	json    string   // also write the rows as JSON to this file
+	store   string   // memory, postgres, mysql or sqlite
+	secrets []string // the passwords of -pg-dsn and -mysql-dsn, kept out of every message
 }
 
 func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
@@ -42,8 +44,11 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	fs.DurationVar(&c.Retry, "retry", 0, "a worker's longest pause after a lost attempt (default 20ms)")
 	fs.StringVar(&inv.format, "o", "text", "output format: text, json or csv")
 	fs.StringVar(&inv.json, "json", "", "also write the rows as JSON to this file")
-	fs.StringVar(&inv.store, "store", "memory", "the fenced store: memory (in this process, served to the workers) or postgres (tables guarded by pgfence)")
-	fs.StringVar(&c.PGDSN, "pg-dsn", "", "with -store postgres: this database, postgres://user@host:port/db or key=value (tables with a prefix of their own, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); empty: a throw-away PostgreSQL the run starts")
+	var pgDSN, mysqlDSN, sqliteFile string
+	fs.StringVar(&inv.store, "store", "memory", "the fenced store: memory (in this process, served to the workers), postgres (tables guarded by pgfence), mysql (MySQL or MariaDB tables guarded by sqlfence) or sqlite (a file's tables guarded by sqlfence)")
+	fs.StringVar(&pgDSN, "pg-dsn", "", "with -store postgres: this database, postgres://user@host:port/db or key=value (tables with a prefix of their own, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); empty: a throw-away PostgreSQL the run starts")
+	fs.StringVar(&mysqlDSN, "mysql-dsn", "", "with -store mysql: this database, user@tcp(host:port)/db as github.com/go-sql-driver/mysql reads it (tables with a prefix of their own, dropped afterwards; a password from MYSQL_PWD keeps it out of the command line); empty: a throw-away MariaDB the run starts")
+	fs.StringVar(&sqliteFile, "sqlite-file", "", "with -store sqlite: this database file (tables with a prefix of their own, dropped afterwards); empty: a file in a temporary dir of each run's own")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: redlock-bench chaos [flags]\n\n"+
 			"Each known way a Redis lock fails, injected on real redis-server processes with worker\n"+
@@ -67,15 +72,25 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 		return nil, usage(fs, "-o %q: want one of %v", inv.format, output.Formats)
 	}
 	switch {
-	case inv.store != "memory" && inv.store != "postgres":
-		return nil, usage(fs, "-store %q: want memory or postgres", inv.store)
-	case c.PGDSN != "" && inv.store != "postgres":
+	case !slices.Contains([]string{chaosstore.Memory, chaosstore.Postgres, chaosstore.MySQL, chaosstore.SQLite}, inv.store):
+		return nil, usage(fs, "-store %q: want memory, postgres, mysql or sqlite", inv.store)
+	case pgDSN != "" && inv.store != chaosstore.Postgres:
 		return nil, usage(fs, "-pg-dsn needs -store postgres")
+	case mysqlDSN != "" && inv.store != chaosstore.MySQL:
+		return nil, usage(fs, "-mysql-dsn needs -store mysql")
+	case sqliteFile != "" && inv.store != chaosstore.SQLite:
+		return nil, usage(fs, "-sqlite-file needs -store sqlite")
 	}
-	var err error
-	if inv.secret, err = pgPassword(fs, c.PGDSN); err != nil {
+	pg, err := pgPassword(fs, pgDSN)
+	if err != nil {
 		return nil, err
 	}
+	my, err := mysqlPassword(fs, &mysqlDSN)
+	if err != nil {
+		return nil, err
+	}
+	inv.secrets = []string{pg, my}
+	c.Store = chaosstore.Spec{Kind: inv.store, DSN: pgDSN + mysqlDSN + sqliteFile} // one of them at most
 	return inv, nil
 }
 
@@ -89,19 +104,19 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	inv.cfg.Progress = stderr
-	if inv.store == "postgres" && inv.cfg.PGDSN == "" {
-		srv, err := pgserver.Start(ctx, pgserver.Options{})
+	if inv.cfg.Store.DSN == "" && (inv.store == chaosstore.Postgres || inv.store == chaosstore.MySQL) {
+		dsn, stop, err := startStoreServer(ctx, inv.store)
 		if err != nil {
 			fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", oneLine(err))
 			return exitError
 		}
-		defer srv.Stop()
-		inv.cfg.PGDSN = srv.DSN("postgres")
+		defer stop()
+		inv.cfg.Store.DSN = dsn
 	}
 	start := time.Now()
 	rows, err := chaos.Run(ctx, inv.cfg)
 	for i := range rows {
-		rows[i].Problems = redactSecrets(rows[i].Problems, inv.secret) // a store's error may quote its DSN
+		rows[i].Problems = redactSecrets(rows[i].Problems, inv.secrets...) // a store's error may quote its DSN
 	}
 	if err == nil || len(rows) > 0 {
 		if werr := writeChaos(stdout, rows, inv.format); werr != nil && err == nil {
@@ -114,7 +129,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", redactSecrets(strings.TrimPrefix(oneLine(err), "chaos: "), inv.secret))
+		fmt.Fprintf(stderr, "redlock-bench chaos: %s\n", redactSecrets(strings.TrimPrefix(oneLine(err), "chaos: "), inv.secrets...))
 		if errors.Is(err, chaos.ErrConfig) {
 			return exitUsage
 		}
@@ -131,6 +146,27 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 	return exitOK
+}
+
+// startStoreServer starts a throw-away PostgreSQL or MariaDB for the chaos store, and
+// returns its DSN and what stops it.
+func startStoreServer(ctx context.Context, kind string) (string, func(), error) {
+	if kind == chaosstore.Postgres {
+		srv, err := pgserver.Start(ctx, pgserver.Options{})
+		if err != nil {
+			return "", nil, err
+		}
+		return srv.DSN("postgres"), func() { _ = srv.Stop() }, nil
+	}
+	srv, err := mariadbserver.Start(ctx, mariadbserver.Options{})
+	if err != nil {
+		return "", nil, err
+	}
+	if err := srv.CreateDatabase(ctx, "quorumlock_chaos"); err != nil {
+		_ = srv.Stop()
+		return "", nil, err
+	}
+	return srv.DSN("quorumlock_chaos"), func() { _ = srv.Stop() }, nil
 }
 
 func writeChaosFile(path string, rows []chaos.Row) error {

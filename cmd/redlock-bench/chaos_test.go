@@ -19,8 +19,11 @@ func TestChaosBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-scenario", "no-such"},
 		{"-o", "xml"},
-		{"-store", "sqlite"},
+		{"-store", "oracle"},
 		{"-pg-dsn", "postgres://x"},
+		{"-mysql-dsn", "u@tcp(127.0.0.1:1)/x"},
+		{"-sqlite-file", "x.db"},
+		{"-store", "mysql", "-mysql-dsn", "no slash"},
 		{"-workers", "1"},
 		{"extra"},
 	} {

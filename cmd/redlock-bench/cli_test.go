@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
 	"quorumlock.dev/cmd/redlock-bench/internal/report"
 	"quorumlock.dev/cmd/redlock-bench/internal/reporttest"
+	"quorumlock.dev/internal/harness/mariadbserver/mariadbtest"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 )
@@ -28,7 +30,12 @@ func TestMain(m *testing.M) {
 	chaos.MaybeWorker()      // the chaos subcommand's workers are this binary started again
 	benchrun.MaybeWorker()   // and so are those of the contended scenario's -procs rows
 	redis.SetLogger(quiet{}) // the dead scenario dials dead masters on purpose
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := mariadbtest.StopShared(); err != nil { // the fencing command's MariaDB
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 type quiet struct{}

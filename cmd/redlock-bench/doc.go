@@ -42,6 +42,9 @@
 // password: addresses appear with it replaced by xxxxx. -pg-dsn (fencing,
 // chaos) is a postgres:// URL or key=value string; its password is best left
 // to PGPASSWORD or ~/.pgpass, which pgx reads, and is never printed either.
+// -mysql-dsn (fencing, chaos) is a github.com/go-sql-driver/mysql DSN,
+// user@tcp(host:port)/db; a DSN without a password takes MYSQL_PWD's, and
+// that one is never printed either.
 // docs/operations.md has the details.
 //
 // # Drivers
@@ -126,12 +129,43 @@
 // violation; their allocs_per_op and cpu_seconds add the workers' to the
 // run's own.
 //
+// # Fencing
+//
+// redlock-bench fencing runs the duplicate-write benchmark of docs/fencing.md
+// ("The proof"): the same allocation jobs without the fence and with it, on
+// one store, chosen by -store: memory, postgres (-pg-dsn; guarded by pgfence),
+// mysql (-mysql-dsn, MySQL or MariaDB; guarded by sqlfence) or sqlite
+// (-sqlite-file, default a file in a temporary dir; guarded by sqlfence).
+// Without -store, -pg-dsn or -backend redis-server means postgres, -mysql-dsn
+// mysql, -sqlite-file sqlite, and anything else memory. With -backend
+// redis-server and no DSN, postgres and mysql run on a throw-away PostgreSQL
+// or MariaDB that the run starts and stops. Its tables carry a random prefix
+// and are dropped afterwards. Then, on a fresh store, it times
+// -cost-samples jobs' calls (default 2000; 0 skips it) one at a time, without
+// and with the fence. Its JSON object:
+//
+//	backend, servers, started, gomaxprocs, config   as in the benchmark's report
+//	storage             memory, postgresql, mysql or sqlite
+//	pg_version          PostgreSQL's server_version (postgresql only)
+//	storage_version     the server's VERSION() or sqlite_version(); absent in memory
+//	counter_durability  "ok", or why the fence counter could lose fences
+//	results             one object per pass, unfenced then fenced: mode, jobs,
+//	                      pauses, redelivered, shipments, orders, duplicates,
+//	                      rejections, errors, first_error, wall_s
+//	guard_cost          absent with -cost-samples 0: samples, and for claim
+//	                      (the read whether an order shipped, guarded: after
+//	                      the claim of its row) and write (the stock and the
+//	                      shipment, one transaction): unguarded and guarded,
+//	                      each p50_us, p99_us and per_s (calls per second of
+//	                      one caller)
+//
 // # Chaos
 //
 // redlock-bench chaos runs the chaos suite (-scenario, -runs, -quick, -store
-// memory|postgres, -pg-dsn, -o text|json|csv, -json FILE): each failure
-// injected on real redis-server processes while worker processes, this
-// binary started again, take locks and write through a fenced store. One
+// memory|postgres|mysql|sqlite, -pg-dsn, -mysql-dsn, -sqlite-file, -o
+// text|json|csv, -json FILE): each failure injected on real redis-server
+// processes while worker processes, this binary started again, take locks
+// and write through a fenced store. One
 // row per scenario; exit status 1 when a row did not hold. The scenarios,
 // the columns and the invariants are in docs/chaos.md. The output below is
 // the benchmark's, not the chaos suite's.
@@ -211,7 +245,7 @@
 //	driver           the Redis client of the row: go-redis,
 //	                   go-redis-pipelined, rueidis or valkey-go
 //	rounds           contended: acquisition attempts of the row's clients,
-//	                   as their Attempted hook hears of them (Lock's
+//	                   as their Attempt hook hears of them (Lock's
 //	                   retries, and handoffs to a waiter, included)
 //	lost_rounds      contended: of those, lost to another holder
 //	                   (ErrNotAcquired)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"quorumlock.dev/cmd/redlock-bench/internal/chaosstore"
 	"quorumlock.dev/internal/harness/pgtest"
 	"quorumlock.dev/internal/harness/redistest"
 )
@@ -63,7 +64,7 @@ func TestQuick(t *testing.T) {
 func TestPostgresStore(t *testing.T) {
 	redistest.Need(t)
 	dsn := pgtest.NewDatabase(t, pgtest.Shared(t))
-	rows, err := Run(t.Context(), Config{Scenarios: []string{"holder-pause"}, Quick: true, PGDSN: dsn, Progress: testWriter{t}})
+	rows, err := Run(t.Context(), Config{Scenarios: []string{"holder-pause"}, Quick: true, Store: chaosstore.Spec{Kind: chaosstore.Postgres, DSN: dsn}, Progress: testWriter{t}})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	r := rows[0]

@@ -12,6 +12,7 @@ import (
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaoscheck"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosreport"
+	"quorumlock.dev/cmd/redlock-bench/internal/chaosstore"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworker"
 	"quorumlock.dev/cmd/redlock-bench/internal/chaosworld"
 )
@@ -34,16 +35,13 @@ type Config struct {
 	TTL         time.Duration // lock TTL (default 1 s with Quick, else 2 s)
 	NodeTimeout time.Duration // per-master timeout (default 50 ms)
 	Retry       time.Duration // the longest pause of a worker after a lost attempt (default 20 ms)
-	PGDSN       string        // the store: tables of their own in this PostgreSQL database; "": in memory
 	Progress    io.Writer     // a line per finished run, if set
+
+	// Store is the fenced store: tables of their own in a database; the zero Spec: in memory.
+	Store chaosstore.Spec
 }
 
-func (c *Config) store() string {
-	if c.PGDSN != "" {
-		return "postgres"
-	}
-	return "memory"
-}
+func (c *Config) store() string { return cmp.Or(c.Store.Kind, chaosstore.Memory) }
 
 func (c *Config) defaults() error {
 	if c.Runs == 0 {
@@ -171,7 +169,7 @@ type size struct {
 func runOnce(ctx context.Context, cfg Config, sc *scenario) (res chaosreport.Run, err error) {
 	s := sc.sizeFor(cfg)
 	cw, err := chaosworld.New(sc.name, chaosworld.Spec{
-		Masters: cfg.Masters, NodeTimeout: cfg.NodeTimeout, Retry: cfg.Retry, PGDSN: cfg.PGDSN,
+		Masters: cfg.Masters, NodeTimeout: cfg.NodeTimeout, Retry: cfg.Retry, Store: cfg.Store,
 		Workers: s.workers, Loops: s.loops, Resources: s.resources, TTL: s.ttl, Hold: s.hold,
 		Proxied: sc.proxied, Guard: sc.guard,
 		Leader: sc.leader, ResignEvery: sc.resignEvery, WorkerProxies: sc.workerProxies,

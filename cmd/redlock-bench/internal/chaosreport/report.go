@@ -21,7 +21,7 @@ type Row struct {
 	Scenario            string  `json:"scenario"`
 	Variant             string  `json:"variant"`       // how the fault was made, where there is a choice
 	RestartGuard        bool    `json:"restart_guard"` // the workers' clients ran redlock.WithRestartGuard
-	Store               string  `json:"store"`         // memory or postgres
+	Store               string  `json:"store"`         // memory, postgres, mysql or sqlite
 	Runs                int     `json:"runs"`
 	Acquisitions        int     `json:"acquisitions"`
 	LockOverlaps        int     `json:"lock_overlaps"`

@@ -25,13 +25,15 @@ type Spec struct {
 	Masters     int           // lock masters
 	NodeTimeout time.Duration // the workers' per-master timeout
 	Retry       time.Duration // the longest pause of a worker after a lost attempt
-	PGDSN       string        // the store's PostgreSQL database; "": in memory
 	Workers     int           // worker processes
 	Loops       int           // goroutines taking locks in each worker
 	Resources   int           // resources the workers compete for
 	TTL, Hold   time.Duration // the locks' TTL, and how long a holder stays inside
 	Proxied     bool          // masters behind fault proxies
 	Guard       bool          // the workers' clients run redlock.WithRestartGuard
+
+	// Store is the fenced store; the zero Spec: in memory.
+	Store chaosstore.Spec
 
 	// The leader scenarios: workers campaign for one role and relay while they lead
 	// (chaosworker.Config's Leader and ResignEvery).
@@ -99,7 +101,7 @@ func (w *World) Start(ctx context.Context, server func(i int) redisserver.Option
 	if w.Counter, err = w.startRedis(ctx, "counter", redisserver.Options{}); err != nil {
 		return err
 	}
-	if w.Store, err = chaosstore.Start(ctx, w.Spec.PGDSN, resources(w.Spec.Resources)); err != nil {
+	if w.Store, err = chaosstore.Start(ctx, w.Spec.Store, resources(w.Spec.Resources)); err != nil {
 		return err
 	}
 	w.AddCleanup(w.Store.Close)
