@@ -37,6 +37,9 @@ func TestQuick(t *testing.T) {
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
+			// Two scenarios at a time (-parallel, GOMAXPROCS by default):
+			// each has servers on ports, namespaces and a store of its own.
+			t.Parallel()
 			rows, err := Run(t.Context(), Config{Scenarios: []string{name}, Quick: true, Progress: testWriter{t}})
 			require.NoError(t, err)
 			require.Len(t, rows, 1)
