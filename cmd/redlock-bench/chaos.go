@@ -46,7 +46,7 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	fs.StringVar(&inv.json, "json", "", "also write the rows as JSON to this file")
 	var pgDSN, mysqlDSN, sqliteFile string
 	fs.StringVar(&inv.store, "store", "memory", "the fenced store: memory (in this process, served to the workers), postgres (tables guarded by pgfence), mysql (MySQL or MariaDB tables guarded by sqlfence) or sqlite (a file's tables guarded by sqlfence)")
-	fs.StringVar(&pgDSN, "pg-dsn", "", "with -store postgres: this database, postgres://user@host:port/db or key=value (tables with a prefix of their own, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); empty: a throw-away PostgreSQL the run starts")
+	fs.StringVar(&pgDSN, "pg-dsn", "", "with -store postgres: this database, postgres://user@host:port/db?sslmode=verify-full or key=value (tables with a prefix of their own, dropped afterwards; the password from PGPASSWORD or ~/.pgpass keeps it out of the command line); empty: a throw-away PostgreSQL the run starts")
 	fs.StringVar(&mysqlDSN, "mysql-dsn", "", "with -store mysql: this database, user@tcp(host:port)/db as github.com/go-sql-driver/mysql reads it (tables with a prefix of their own, dropped afterwards; a password from MYSQL_PWD keeps it out of the command line); empty: a throw-away MariaDB the run starts")
 	fs.StringVar(&sqliteFile, "sqlite-file", "", "with -store sqlite: this database file (tables with a prefix of their own, dropped afterwards); empty: a file in a temporary dir of each run's own")
 	fs.Usage = func() {

@@ -78,6 +78,9 @@ func (t table) cell(tt *testing.T, row []string, name string) string {
 
 var jsonName = regexp.MustCompile(`([a-z0-9-]+\.json)`)
 
+// versionNumber is the leading x.y.z of a server's version string.
+var versionNumber = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+`)
+
 // source is the JSON file a caption names ("" for none).
 func source(caption string) string {
 	m := jsonName.FindStringSubmatch(caption)
@@ -436,7 +439,53 @@ func TestFencingTables(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, 2, checked, "the embedded and the PostgreSQL tables")
+	assert.Equal(t, 1, checked, "the embedded table")
+
+	// "On each store": one row per store, each its JSON file's two passes.
+	files := map[string]string{"memory": "fencing-memory-100k.json", "SQLite": "fencing-sqlite-100k.json",
+		"MariaDB": "fencing-mysql-100k.json", "PostgreSQL": "fencing-postgres-100k.json"}
+	stores := 0
+	for _, tb := range tables(md) {
+		if len(tb.header) == 0 || tb.header[0] != "store (guard)" {
+			continue
+		}
+		for _, cells := range tb.rows {
+			store := tb.cell(t, cells, "store (guard)")
+			name := files[strings.Fields(store)[0]]
+			require.NotEmpty(t, name, "line %d: a store without a JSON file: %q", tb.line, store)
+			stores++
+			var run struct {
+				Version string `json:"storage_version"`
+				Results []pass
+			}
+			readJSON(t, name, &run)
+			byMode := map[string]pass{}
+			for _, x := range run.Results {
+				byMode[x.Mode] = x
+			}
+			u, f := byMode["unfenced"], byMode["fenced"]
+			require.NotEmpty(t, u.Mode, name)
+			require.NotEmpty(t, f.Mode, name)
+			if v := versionNumber.FindString(run.Version); v != "" {
+				assert.Contains(t, store, " "+v+" ", "line %d (%s: %s)", tb.line, name, run.Version)
+			}
+			dup := func(p pass) string {
+				d := "**" + thousands(p.Duplicates) + "**"
+				if p.Duplicates > 0 {
+					d += fmt.Sprintf(" (%.2f%%)", 100*float64(p.Duplicates)/float64(p.Jobs))
+				}
+				return d
+			}
+			want := map[string]string{
+				"holders paused": thousands(u.Pauses), "duplicates unfenced": dup(u), "duplicates fenced": dup(f),
+				"rejected writes": thousands(f.Rejections), "wall unfenced / fenced": f0(u.WallSeconds) + " s / " + f0(f.WallSeconds) + " s",
+			}
+			for col, v := range want {
+				assert.Equal(t, v, tb.cell(t, cells, col), "line %d, %s, %s (%s)", tb.line, store, col, name)
+			}
+		}
+	}
+	assert.Equal(t, len(files), stores, "one row per store in \"On each store\"")
 }
 
 // chooseRun is what docs/choosing.md quotes of `redlock-bench choose -o json`.
