@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"quorumlock.dev/fence"
+	"quorumlock.dev/fence/internal/fragment"
 	"quorumlock.dev/fence/internal/rejection"
 	"quorumlock.dev/internal/names"
 	"quorumlock.dev/internal/nilcheck"
@@ -61,35 +62,6 @@ ON CONFLICT (resource) DO UPDATE SET value = quorumlock_fence.value + 1
 RETURNING value`
 	seedSQL = `INSERT INTO quorumlock_fence (resource, value) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET value = GREATEST(quorumlock_fence.value, EXCLUDED.value)`
-
-	// updateSQL is the statement of Guard.Update and Claim, for table (1), fence column (2),
-	// the SET assignments, the fence's last (3), where (4), the fence's placeholder number (5)
-	// and comparison (6). The checks of why nothing changed run in the same statement, and
-	// only then (an initplan in an untaken CASE branch never executes): a second statement
-	// with where alone could not be prepared when set uses a placeholder that where does not,
-	// since PostgreSQL could not type it. seen reads the statement's snapshot; a NULL fence
-	// reads as -1, so that such a row still counts as a match. When seen admits the fence,
-	// a concurrent transaction changed the rows while the update waited for them, and latest
-	// reads their newest versions (a row lock, in read committed, follows the update chain and
-	// checks where again): a newer fence there is a rejection, anything else a conflict.
-	// FOR SHARE, not FOR KEY SHARE, which takes the old version when the update changed no
-	// key. It runs only on that path, and holds its locks until the transaction ends. A
-	// newline ends each fragment of the caller, so that a trailing "--" comment in one cannot
-	// comment out the rest.
-	updateSQL = `WITH fenced AS (
-	UPDATE %[1]s SET %[3]s
-	WHERE (%[4]s
-	) AND %[2]s %[6]s $%[5]d
-	RETURNING 1
-), outcome AS (
-	SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(%[2]s, -1)) FROM %[1]s WHERE (%[4]s
-)) END AS seen
-	FROM (SELECT count(*) AS changed FROM fenced) AS c
-)
-SELECT changed, seen, CASE WHEN seen >= 0 AND seen %[6]s $%[5]d THEN (SELECT max(coalesce(f, -1))
-	FROM (SELECT %[2]s AS f FROM %[1]s WHERE (%[4]s
-) FOR SHARE) AS l) END
-FROM outcome`
 )
 
 // Counter mints fencing tokens in a PostgreSQL table, quorumlock_fence (see
@@ -286,7 +258,7 @@ func (g Guard) update(ctx context.Context, db DB, token uint64, set, where strin
 	if set != "" {
 		assign = set + "\n, " + assign // a line of its own: a trailing -- comment in set cannot hide it
 	}
-	sql := fmt.Sprintf(updateSQL, g.table(), g.column(), assign, where, len(args)+1, op)
+	sql := fmt.Sprintf(fragment.PostgresUpdate, g.table(), g.column(), assign, where, len(args)+1, op)
 	var (
 		changed int64
 		seen    *int64 // nil: no row matches where, or rows were changed

@@ -341,29 +341,10 @@ func (g Guard) updateQuestion(ctx context.Context, db DB, token uint64, set, whe
 	}
 }
 
-// postgresUpdate is the statement of pgfence.Guard, for table (1), fence column (2), the SET
-// assignments with the fence's last (3), where (4), the fence's placeholder number (5) and
-// comparison (6): pgfence.go says why it is one statement, and how it tells a rejection from a
-// conflict. Keep the two in step.
-const postgresUpdate = `WITH fenced AS (
-	UPDATE %[1]s SET %[3]s
-	WHERE (%[4]s
-	) AND %[2]s %[6]s $%[5]d
-	RETURNING 1
-), outcome AS (
-	SELECT changed, CASE WHEN changed = 0 THEN (SELECT max(coalesce(%[2]s, -1)) FROM %[1]s WHERE (%[4]s
-)) END AS seen
-	FROM (SELECT count(*) AS changed FROM fenced) AS c
-)
-SELECT changed, seen, CASE WHEN seen >= 0 AND seen %[6]s $%[5]d THEN (SELECT max(coalesce(f, -1))
-	FROM (SELECT %[2]s AS f FROM %[1]s WHERE (%[4]s
-) FOR SHARE) AS l) END
-FROM outcome`
-
 // updatePostgres is pgfence.Guard's update, through database/sql.
 func (g Guard) updatePostgres(ctx context.Context, db DB, token uint64, set, where string, args []any) (int64, error) {
 	n := len(args) + 1
-	query := fmt.Sprintf(postgresUpdate, g.table(), g.column(), g.assign(set, fmt.Sprintf("$%d", n)), where, n, g.op())
+	query := fmt.Sprintf(fragment.PostgresUpdate, g.table(), g.column(), g.assign(set, fmt.Sprintf("$%d", n)), where, n, g.op())
 	var (
 		changed      int64
 		seen, latest sql.NullInt64
