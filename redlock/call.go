@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 
 	"quorumlock.dev/driver"
@@ -33,11 +34,47 @@ func (c *Client) vote(i int, agreed bool, err error) (bool, error) {
 	return agreed, nil
 }
 
-// enter passes master i's breaker before a call: false means the master is
-// stuck and must not be called ([errStuck]). A true enter is followed by
-// exit with the same probe and the call's error.
-func (c *Client) enter(i int) (ok, probe bool) {
-	return c.health[i].Enter(c.nanos(), int64(c.cfg.nodeTimeout))
+// enter passes master i's breaker before a call on ctx: an error means the
+// call must not be made: the master is stuck ([errStuck]) or refuses
+// connections (see refusing). Without an error, exit follows with the same
+// probe and the call's error.
+func (c *Client) enter(ctx context.Context, i int) (probe bool, err error) {
+	ok, probe := c.health[i].Enter(c.nanos(), int64(c.cfg.nodeTimeout))
+	if !ok {
+		return false, errStuck
+	}
+	if err := c.refusing(ctx, i); err != nil {
+		c.exit(ctx, i, probe, err)
+		return false, err
+	}
+	return probe, nil
+}
+
+// refusing is the check before a call to master i whose last failure, with
+// no reply since, was a refused connection: one dial of its address,
+// bounded by ctx and the node timeout. Refused again: the call is not made
+// and fails at once with the refusal ([errRefused]), where the Redis
+// client would redial until the node timeout ended the call (go-redis
+// v9.23 dials up to 5 times, 100 ms apart) and report that it did not
+// answer in time. A dial that connects, or fails otherwise, lets the call
+// go ahead. A master that answers costs nothing here.
+func (c *Client) refusing(ctx context.Context, i int) error {
+	h := &c.health[i]
+	f := h.lastFailure.Load()
+	if f == nil || !f.refused || f.at <= h.LastReply() || c.dialAddrs[i] == "" {
+		return nil
+	}
+	d := net.Dialer{Timeout: c.cfg.nodeTimeout}
+	conn, err := d.DialContext(ctx, "tcp", c.dialAddrs[i])
+	if err == nil {
+		_ = conn.Close()
+		h.lastFailure.CompareAndSwap(f, nil) // it listens again: let the call tell
+		return nil
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errRefused, err)
 }
 
 // exit records that a call to master i on ctx (a round's) returned err. A
@@ -58,7 +95,7 @@ func (c *Client) exit(ctx context.Context, i int, probe bool, err error) {
 	case ctx.Err() == nil:
 		// A failure of the master's own, not the round's deadline: a cause
 		// worth telling in the errors of the calls that time out after it.
-		h.lastFailure.Store(&failure{err: err, at: now})
+		h.lastFailure.Store(newFailure(err, now))
 	default:
 		// The round's deadline: go-redis may be redialling a refused port
 		// in the background, and says so only in its log.
@@ -77,7 +114,13 @@ func (c *Client) masterError(i int, op string, err error) *MasterError {
 	if errors.Is(err, quorum.ErrTimeout) || errors.Is(err, errStuck) {
 		h := &c.health[i]
 		if f := h.lastFailure.Load(); f != nil && f.at > h.LastReply() {
-			err = fmt.Errorf("%w (it last failed %v ago: %w)", err, time.Duration(c.nanos()-f.at).Round(time.Millisecond), f.err)
+			ago := time.Duration(c.nanos() - f.at).Round(time.Millisecond)
+			if f.refused {
+				// The cause first: a port that refuses is not a slow master.
+				err = fmt.Errorf("connection refused (%w; refused %v ago: %w)", err, ago, f.err)
+			} else {
+				err = fmt.Errorf("%w (it last failed %v ago: %w)", err, ago, f.err)
+			}
 		}
 	}
 	return &MasterError{Addr: c.addrs[i], Op: op, Err: err}
@@ -114,7 +157,7 @@ func (c *Client) diagnose(i int, now int64) {
 		}()
 		conn, err := net.DialTimeout("tcp", addr, c.cfg.nodeTimeout)
 		if err != nil {
-			h.lastFailure.Store(&failure{err: fmt.Errorf("a dial to see why: %w", err), at: c.nanos()})
+			h.lastFailure.Store(newFailure(fmt.Errorf("a dial to see why: %w", err), c.nanos()))
 			return
 		}
 		_ = conn.Close()

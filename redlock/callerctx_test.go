@@ -62,8 +62,8 @@ func TestCallerCancelNotCountedByBreaker(t *testing.T) {
 	require.ErrorIs(t, l.Extend(ended, 500*time.Millisecond), context.Canceled)
 	time.Sleep(node.OutAfter*nodeTimeout + 50*time.Millisecond)
 	for i := range masters {
-		ok, probe := c.enter(i)
-		require.True(t, ok, "master %d is out after the caller's cancellation", i)
+		probe, err := c.enter(ctx, i)
+		require.NoError(t, err, "master %d is out after the caller's cancellation", i)
 		require.False(t, probe, "master %d is probed after the caller's cancellation", i)
 		c.health[i].Exit(c.nanos(), probe, true)
 	}
@@ -93,9 +93,9 @@ func TestRoundDeadlineStillCounts(t *testing.T) {
 	calls.Add(len(masters))
 	round := c.group.Do(context.Background(), func(ctx context.Context, i int) (bool, error) {
 		defer calls.Done()
-		ok, probe := c.enter(i)
-		if !ok {
-			return false, errStuck
+		probe, err := c.enter(ctx, i)
+		if err != nil {
+			return false, err
 		}
 		<-ctx.Done() // a master that hangs past the node timeout
 		c.exit(ctx, i, probe, ctx.Err())

@@ -404,15 +404,17 @@ func isWrongType(err error) bool {
 // held the lock, ErrQuorumUnavailable when masters that failed or did not
 // answer (before the round's deadline or the caller's) alone put a majority
 // out of reach, ErrWrongType when masters whose key has another type do;
-// joined with every master's error and ctx.Err() when the context ended
-// the round. A master that refused because its key has another type (found
-// by the release that followed) counts as failed.
+// joined with what the round got on each master it asked, in the masters'
+// order (see gotError), then the failures of the release that followed,
+// and ctx.Err() when the context ended the round. A master that refused
+// because its key has another type (found by the release that followed)
+// counts as failed.
 func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Asker[*Lock], released []release) error {
 	if round.TimedOut {
 		c.diagnosed(round)
 	}
-	var errs []error
-	wrong := 0
+	var got, cleanup []error
+	wrong, failed := 0, 0
 	for i := range c.masters {
 		err := round.Err(i)
 		if errors.Is(err, wait.ErrNotAsked) || a != nil && a.Unasked(round, i) {
@@ -425,15 +427,21 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Ask
 		case isWrongType(err):
 			// The fair lock script reads the key: its call fails so.
 			wrong++
+		case err == nil:
+			got = append(got, c.gotError(round, i, &released[i]))
+			if rerr := released[i].err(); rerr != nil {
+				cleanup = append(cleanup, c.masterError(i, "release", rerr))
+			}
+			continue
 		}
-		if err != nil {
-			errs = append(errs, c.masterError(i, "acquire", err))
-		}
+		failed++
+		got = append(got, c.masterError(i, "acquire", err))
 	}
+	all := append(got, cleanup...)
 	if wrong > len(c.masters)-c.quorum {
-		return c.classify(ctx, 0, ErrWrongType, errs)
+		return c.classify(ctx, 0, ErrWrongType, all)
 	}
-	err := c.classify(ctx, len(errs), ErrNotAcquired, errs)
+	err := c.classify(ctx, failed, ErrNotAcquired, all)
 	won := round.Count(quorum.Agreed) > 0
 	for i := range released {
 		won = won || released[i].state.Load() == releasedHeld
@@ -442,6 +450,49 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Ask
 		err = errors.Join(err, ErrVotesSplit)
 	}
 	return err
+}
+
+// gotError is what master i, which did not fail lost round, gave it (r:
+// its release): the key (released again; the release's failure follows
+// if it failed), a refusal naming the holder by the start of its token
+// when the release read it, or nothing yet when the round was decided
+// without it. A call that failed after the round was decided says how.
+func (c *Client) gotError(round *quorum.Round, i int, r *release) *MasterError {
+	agreed, err, ok := round.Returned(i)
+	var got error
+	switch {
+	case !ok:
+		got = errNotWaited
+	case err != nil:
+		return c.masterError(i, "acquire", err)
+	case agreed:
+		got = errSetReleased
+	case r.state.Load() != releasedNotOurs || r.holder == "":
+		got = errHeldByAnother
+	case r.holder == reservedToken:
+		got = fmt.Errorf("%w: reserved for the head of its fair wait queue", errRefusedHeld)
+	default:
+		got = fmt.Errorf("%w: held by token %q", errRefusedHeld, tokenPrefix(r.holder))
+	}
+	return &MasterError{Addr: c.addrs[i], Op: "acquire", Err: got}
+}
+
+// What a lost round got on a master that did not fail it (gotError).
+var (
+	errSetReleased   = errors.New("set, then released: the attempt lost")
+	errRefusedHeld   = errors.New("refused")
+	errHeldByAnother = fmt.Errorf("%w: held by another token", errRefusedHeld)
+	errNotWaited     = errors.New("no answer yet: the attempt was lost without it (released once it answers)")
+)
+
+// tokenPrefix is enough of a holder's token to match it with what
+// [Client.Inspect] shows, not enough to release the lock with: errors are
+// logged where tokens should not be.
+func tokenPrefix(token string) string {
+	if r := []rune(token); len(r) > 8 {
+		return string(r[:8]) + "…"
+	}
+	return token
 }
 
 // classify joins the sentinel of a lost round with the per-master errors:

@@ -53,7 +53,11 @@ var (
 	ErrMaxHold = errors.New("redlock: maximum hold time reached")
 )
 
-// MasterError is the failure of one operation on one master.
+// MasterError is what one operation got on one master when it did not
+// succeed there: a failure, or for a lost acquisition what the master gave
+// it (refused, naming the holder by the start of its token; set, then
+// released). A lost acquisition's error lists one per master it asked, in
+// the masters' order, then its release's failures (Op "release").
 type MasterError struct {
 	Addr string // the master's address, or "master N" when it is not known
 	Op   string // "acquire", "release" or "extend"

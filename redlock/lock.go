@@ -354,8 +354,9 @@ func (l *Lock) releaseError(kind error, released []release) error {
 // release is what the compare-and-delete did on one master. state is set
 // last, so a reader that sees it set also sees e.
 type release struct {
-	state atomic.Int32
-	e     error
+	state  atomic.Int32
+	e      error
+	holder string // releasedNotOurs: the value the key held instead, if any
 }
 
 const (
@@ -453,8 +454,19 @@ func (l *Lock) releaseOne(ctx context.Context, i int, r *release) {
 
 // releaseWith is releaseOne with script.
 func (l *Lock) releaseWith(ctx context.Context, i int, r *release, script *driver.Script, args []any) {
-	n, err := wait.EvalInt(ctx, l.c.masters[i], script, l.keys, args...)
+	v, err := l.c.masters[i].Eval(ctx, script, l.keys, args...)
+	n, isInt := v.(int64)
 	switch {
+	case err == nil && !isInt:
+		// release.lua names the value a key held instead of the token.
+		s, ok := v.(string)
+		if !ok {
+			r.e = fmt.Errorf("%w: %v (%T) from a release", driver.ErrUnexpectedReply, v, v)
+			r.state.Store(releaseFailed)
+			return
+		}
+		r.holder = s
+		r.state.Store(releasedNotOurs)
 	case err != nil:
 		r.e = err
 		r.state.Store(releaseFailed)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"quorumlock.dev/redlock/internal/node"
@@ -28,16 +29,25 @@ type health struct {
 }
 
 type failure struct {
-	err error
-	at  int64 // ns on the client's clock
+	err     error
+	at      int64 // ns on the client's clock
+	refused bool  // err is a refused connection (ECONNREFUSED)
 }
+
+func newFailure(err error, at int64) *failure {
+	return &failure{err: err, at: at, refused: errors.Is(err, syscall.ECONNREFUSED)}
+}
+
+// errRefused is the error of a call not made because the master's port
+// refused a connection just before it (see Client.refusing).
+var errRefused = errors.New("redlock: not called: the master refused a connection")
 
 // neverSent reports an error that proves a command never reached master i:
 // the breaker held it back, a handoff round left it to the plain release, or the connection could not be dialled by a
 // client that does not retry (a client that retries may have written the
 // command on an earlier try, and reports only the last one's error).
 func (c *Client) neverSent(i int, err error) bool {
-	if errors.Is(err, errStuck) || errors.Is(err, wait.ErrNotAsked) {
+	if errors.Is(err, errStuck) || errors.Is(err, errRefused) || errors.Is(err, wait.ErrNotAsked) {
 		return true
 	}
 	var op *net.OpError

@@ -37,12 +37,8 @@ func (p policyCore) SetNX(ctx context.Context, i int, l *Lock, ttl time.Duration
 	return p.c.setNX(ctx, i, l, ttl)
 }
 
-func (p policyCore) Enter(i int) (bool, error) {
-	ok, probe := p.c.enter(i)
-	if !ok {
-		return false, errStuck
-	}
-	return probe, nil
+func (p policyCore) Enter(ctx context.Context, i int) (bool, error) {
+	return p.c.enter(ctx, i)
 }
 
 func (p policyCore) Exit(ctx context.Context, i int, probe bool, err error) {

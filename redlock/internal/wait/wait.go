@@ -48,9 +48,10 @@ type Core[L any] interface {
 	NewLock(resource, token string) L
 	// Attempt is one round on l's keys, asked by a (nil: SET NX).
 	Attempt(ctx context.Context, l L, ttl time.Duration, a Asker[L]) (L, *quorum.Round, error)
-	// Enter passes master i's breaker before a call to Master(i) (err:
-	// the breaker holds it back); Exit records how the call ended.
-	Enter(i int) (probe bool, err error)
+	// Enter passes master i's breaker before a call to Master(i) on ctx
+	// (err: the call must not be made: the breaker holds it back, or the
+	// master refuses connections); Exit records how the call ended.
+	Enter(ctx context.Context, i int) (probe bool, err error)
 	Exit(ctx context.Context, i int, probe bool, err error)
 	Master(i int) driver.Conn
 }
@@ -58,7 +59,7 @@ type Core[L any] interface {
 // Call is one call to master i of c: f on its connection, through the
 // master's breaker (see Core.Enter).
 func Call[T, L any](c Core[L], ctx context.Context, i int, f func(context.Context, driver.Conn) (T, error)) (T, error) {
-	probe, err := c.Enter(i)
+	probe, err := c.Enter(ctx, i)
 	if err != nil {
 		var zero T
 		return zero, err

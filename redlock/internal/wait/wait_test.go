@@ -110,7 +110,7 @@ type core struct {
 	exited []error
 }
 
-func (c *core) Enter(int) (bool, error) { return false, c.stuck }
+func (c *core) Enter(context.Context, int) (bool, error) { return false, c.stuck }
 func (c *core) Exit(_ context.Context, _ int, _ bool, err error) {
 	c.exited = append(c.exited, err)
 }
