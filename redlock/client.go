@@ -238,7 +238,7 @@ func (c *Client) Lock(ctx context.Context, resource string, ttl time.Duration) (
 		return nil, err
 	}
 	return c.observeAcquire(ctx, resource, nil, func(ctx context.Context) (*Lock, error) {
-		return c.wait(ctx, func() (wait.Waiter[*Lock], error) { return c.policy.Join(ctx, resource, ttl) })
+		return c.wait(ctx, resource, func() (wait.Waiter[*Lock], error) { return c.policy.Join(ctx, resource, ttl) })
 	})
 }
 

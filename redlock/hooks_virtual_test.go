@@ -107,6 +107,10 @@ func (h *hookLog) hooks() Hooks {
 			h.add("extend", ctx, nil)
 			return end("extend")
 		},
+		Wait: func(ctx context.Context, resource string) func(Event) {
+			h.add("wait", ctx, nil)
+			return end("wait")
+		},
 	}
 }
 
@@ -145,7 +149,7 @@ func TestHooksCarryTheContext(t *testing.T) {
 		assert.Equal(t, "acquired", acquired[1].Outcome)
 		assert.GreaterOrEqual(t, acquired[1].Attempts, 2, "the waiter lost, then won")
 		assert.GreaterOrEqual(t, acquired[1].Took, time.Second, "the waiter's call lasted its wait")
-		for _, hook := range []string{"attempt", "vote", "hold"} {
+		for _, hook := range []string{"attempt", "vote", "hold", "wait"} {
 			marks, _ := log.get(hook)
 			require.NotEmpty(t, marks, hook)
 			for _, m := range marks {
@@ -154,6 +158,15 @@ func TestHooksCarryTheContext(t *testing.T) {
 		}
 		_, attempts := log.get("attempt")
 		assert.Len(t, attempts, 1+acquired[1].Attempts)
+		_, waits := log.get("wait")
+		require.Len(t, waits, acquired[1].Attempts-1, "a wait after each lost attempt")
+		assert.ErrorIs(t, waits[0].Err, ErrNotAcquired, "the wait says why: a holder")
+		var waited time.Duration
+		for _, w := range waits {
+			assert.Equal(t, "woke", w.Outcome)
+			waited += w.Took
+		}
+		assert.GreaterOrEqual(t, waited, time.Second, "the waiter's waits cover the holder's second")
 		_, votes := log.get("vote")
 		assert.Len(t, votes, 3*len(attempts), "a vote per master and attempt")
 		marks, extended := log.get("extend")
@@ -164,6 +177,27 @@ func TestHooksCarryTheContext(t *testing.T) {
 		require.Len(t, held, 2)
 		assert.Equal(t, Event{Outcome: "unlocked", Took: time.Second}, held[0], "the holder's hold: a second, then Unlock")
 		assert.Equal(t, "unlocked", held[1].Outcome)
+	})
+}
+
+// A Lock call whose context ends while it waits tells the Wait hook so.
+func TestWaitHookEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		log := newHookLog()
+		c := virtualClient(t, masters, WithHooks(log.hooks()))
+		holder, err := c.TryLock(context.Background(), "job", time.Minute)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = c.Lock(ctx, "job", time.Minute)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		_, waits := log.get("wait")
+		require.NotEmpty(t, waits)
+		last := waits[len(waits)-1]
+		assert.Equal(t, "ended", last.Outcome)
+		assert.ErrorIs(t, last.Err, ErrNotAcquired)
+		require.NoError(t, holder.Unlock(context.Background()))
 	})
 }
 

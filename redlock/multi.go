@@ -39,8 +39,9 @@ func (c *Client) LockAll(ctx context.Context, resources []string, ttl time.Durat
 		return nil, err
 	}
 	return c.observeAcquire(ctx, "", resources, func(ctx context.Context) (*Lock, error) {
-		return c.wait(ctx, func() (wait.Waiter[*Lock], error) {
-			return &pollWait{Base: c.newBase(strings.Join(resources, ","), ttl), c: c, resources: resources}, nil
+		joined := strings.Join(resources, ",")
+		return c.wait(ctx, joined, func() (wait.Waiter[*Lock], error) {
+			return &pollWait{Base: c.newBase(joined, ttl), c: c, resources: resources}, nil
 		})
 	})
 }

@@ -48,6 +48,12 @@ type Hooks struct {
 	// client; or it returned after it had (-1). No context: the wait
 	// policies report it without the call's.
 	Waiting func(delta int)
+	// Wait: a Lock or LockAll call on resource waits after a lost attempt,
+	// in the call's context (Acquire's). done hears the wait's end: Outcome
+	// woke (for its next attempt, or to take a lock handed to it) or ended
+	// (its context ended), Took the time waited, Err the lost attempt's
+	// error that made it wait (ErrNotAcquired: a holder).
+	Wait func(ctx context.Context, resource string) (done func(Event))
 	// Hold: a call acquired the lock on resource. done hears, once, that
 	// the lock ended on this side, before [Lock.Done] closes (its lease
 	// timer runs, watched or not), with the Lock's state locked (it must

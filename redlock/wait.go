@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"time"
 
 	"quorumlock.dev/fence"
 	"quorumlock.dev/quorum"
@@ -18,10 +19,10 @@ import (
 // clients), and polling (LockAll). docs/design.md ("Waiting for a held
 // lock", "Fair handoff") says why each is built as it is.
 
-// wait is the loop of Lock and LockAll: attempt (or take a lock handed
-// over), then ask the waiter how to wait, until a win, a fatal error, the
-// attempt cap or the end of ctx.
-func (c *Client) wait(ctx context.Context, join func() (wait.Waiter[*Lock], error)) (*Lock, error) {
+// wait is the loop of Lock and LockAll on resource (LockAll's joined):
+// attempt (or take a lock handed over), then ask the waiter how to wait,
+// until a win, a fatal error, the attempt cap or the end of ctx.
+func (c *Client) wait(ctx context.Context, resource string, join func() (wait.Waiter[*Lock], error)) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.notAttempted(ctx, err)
 	}
@@ -64,10 +65,31 @@ func (c *Client) wait(ctx context.Context, join func() (wait.Waiter[*Lock], erro
 		if n++; c.cfg.attempts > 0 && n >= c.cfg.attempts {
 			return nil, err
 		}
-		if err := w.Sleep(ctx, round, err, errors.Is(err, ErrNotAcquired)); err != nil {
+		if err := c.sleep(ctx, w, resource, round, err); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// sleep is w's wait after the lost attempt round (err its error), told to
+// the Wait hook.
+func (c *Client) sleep(ctx context.Context, w wait.Waiter[*Lock], resource string, round *quorum.Round, err error) error {
+	held := errors.Is(err, ErrNotAcquired)
+	hook := c.cfg.hooks.Wait
+	if hook == nil {
+		return w.Sleep(ctx, round, err, held)
+	}
+	done := hook(ctx, resource)
+	start := time.Now()
+	serr := w.Sleep(ctx, round, err, held)
+	if done != nil {
+		outcome := "woke"
+		if serr != nil {
+			outcome = "ended"
+		}
+		done(Event{Outcome: outcome, Err: err, Took: time.Since(start)})
+	}
+	return serr
 }
 
 // fatal reports, and logs, an error that retrying cannot cure.

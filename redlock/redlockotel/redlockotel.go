@@ -10,6 +10,7 @@ package redlockotel
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -33,6 +34,7 @@ const (
 	keyMaster   = attribute.Key("quorumlock.master")
 	keyTook     = attribute.Key("quorumlock.took")
 	keyRenewed  = attribute.Key("quorumlock.renewed")
+	keyHeld     = attribute.Key("quorumlock.held")
 )
 
 // Option configures [Hooks].
@@ -120,6 +122,7 @@ func Hooks(opts ...Option) (redlock.Hooks, error) {
 		Attempt: h.attempt,
 		Vote:    h.vote,
 		Waiting: h.waiting,
+		Wait:    h.startWait,
 		Hold:    h.startHold,
 		Extend:  h.startExtend,
 	}, nil
@@ -190,6 +193,18 @@ func (h *hooks) vote(ctx context.Context, e redlock.Event) {
 
 // waiting moves the waiters gauge; redlock tells it no context.
 func (h *hooks) waiting(delta int) { h.waiters.Add(context.Background(), int64(delta)) }
+
+// startWait is a span for one wait of a Lock call between its attempts, a
+// child of its acquire span: outcome woke or ended, and whether a holder
+// made it wait (the lost attempt's ErrNotAcquired) or a failure did. A
+// wait is no fault: its span never fails.
+func (h *hooks) startWait(ctx context.Context, resource string) func(redlock.Event) {
+	_, span := h.start(ctx, "quorumlock.wait", resource)
+	return func(e redlock.Event) {
+		span.SetAttributes(keyOutcome.String(e.Outcome), keyHeld.Bool(errors.Is(e.Err, redlock.ErrNotAcquired)))
+		span.End()
+	}
+}
 
 func (h *hooks) startHold(ctx context.Context, resource string) func(redlock.Event) {
 	link := trace.LinkFromContext(ctx)

@@ -175,6 +175,15 @@ func TestContendedAcquisition(t *testing.T) {
 		events[e.Name]++
 	}
 	assert.Equal(t, int(attempts.AsInt64()), events["quorumlock.attempt"], "an event per attempt")
+	waits := w.ended("quorumlock.wait")
+	require.Len(t, waits, int(attempts.AsInt64())-1, "a wait span after each lost attempt")
+	for _, s := range waits {
+		assert.Equal(t, waited.SpanContext().SpanID(), s.Parent().SpanID(), "a wait span is not a child of its acquisition")
+		outcome, _ := attr(s, "quorumlock.outcome")
+		assert.Equal(t, "woke", outcome.AsString())
+	}
+	held0, _ := attr(waits[0], "quorumlock.held")
+	assert.True(t, held0.AsBool(), "the first wait was for a holder")
 
 	assert.Equal(t, map[string]int64{"": 0}, w.sum(t, "quorumlock.lock.waiters"), "a waiter that won still counted")
 
