@@ -10,7 +10,8 @@
 // fails). The term is renewed only while the leader shows progress
 // ([Term.Progress], or the health check of [WithHealth]), never on a timer
 // alone. [Term.Resign] hands over at once: the release wakes the next
-// candidate. [Election.Leader] and [Election.Observe] tell anyone who leads.
+// candidate. [Election.Leader] and [Election.Observe] tell anyone who leads;
+// [Inspect] reads a role's term for an operator, writing nothing.
 //
 // What it does not do: keep a paused or cut-off leader from acting. The
 // term's context ends on the leader's own clock; a process paused past it,

@@ -155,6 +155,11 @@ func New(c *redlock.Client, role string, opts ...Option) (*Election, error) {
 		host, _ := os.Hostname()
 		cfg.identity = host + ":" + strconv.Itoa(os.Getpid())
 	}
+	return newElection(c, masters, role, cfg), nil
+}
+
+// newElection names role's keys; c, role and cfg are valid.
+func newElection(c *redlock.Client, masters []driver.Conn, role string, cfg config) *Election {
 	resource := "leader:{" + role + "}"
 	return &Election{
 		c:         c,
@@ -164,13 +169,11 @@ func New(c *redlock.Client, role string, opts ...Option) (*Election, error) {
 		resource:  resource,
 		lockKey:   "lock:" + resource,
 		recordKey: resource,
-	}, nil
+	}
 }
 
-func validate(c *redlock.Client, role string, cfg *config) error {
+func validRole(role string) error {
 	switch {
-	case c == nil:
-		return invalid("a nil *redlock.Client")
 	case role == "":
 		return invalid("an empty role")
 	case len(role) > maxRoleLen:
@@ -179,6 +182,18 @@ func validate(c *redlock.Client, role string, cfg *config) error {
 		return invalid("role %q holds a brace: the package sets the hash tag itself", role)
 	case strings.ContainsFunc(role, unicode.IsControl):
 		return invalid("role %q holds a control character", role)
+	}
+	return nil
+}
+
+func validate(c *redlock.Client, role string, cfg *config) error {
+	if c == nil {
+		return invalid("a nil *redlock.Client")
+	}
+	if err := validRole(role); err != nil {
+		return err
+	}
+	switch {
 	case cfg.identitySet && cfg.identity == "":
 		return invalid("an empty identity")
 	case cfg.healthSet && cfg.health == nil:

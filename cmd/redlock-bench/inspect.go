@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
 	"quorumlock.dev/fence"
+	"quorumlock.dev/leadership"
 	"quorumlock.dev/redlock"
 )
 
@@ -29,6 +32,7 @@ type opsInvocation struct {
 	masters  []*redis.Options
 	fence    *redis.Options // inspect's -fence-addr; nil without
 	resource string
+	role     string // inspect -role: the role's term instead of a resource
 	token    string // release only
 	force    bool   // release -force
 }
@@ -38,19 +42,28 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 	fs.SetOutput(stderr)
 	inv := &opsInvocation{}
 	inv.flags.register(fs, name == "inspect")
-	fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (required)")
+	if name == "inspect" {
+		fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (this or -role)")
+		fs.StringVar(&inv.role, "role", "", "instead of -resource: the leadership role whose term to read (package leadership: who leads,\nthe term's fence, the time left on each master)")
+	} else {
+		fs.StringVar(&inv.resource, "resource", "", "the lock's resource, as the application names it (the key is lock:<resource>) (required)")
+	}
 	if name == "release" {
 		fs.StringVar(&inv.token, "token", "", "the holder's token, as inspect shows it (this or -force)")
 		fs.BoolVar(&inv.force, "force", false, "instead of -token: release, on each master, the key an inspection made now finds there, if it still\nholds that value (keys of attempts whose owners are gone, split between tokens); refused while a token holds a majority")
 	}
 	fs.Usage = func() {
 		if name == "inspect" {
-			fmt.Fprintf(fs.Output(), "usage: redlock-bench inspect -addrs host:port,... -resource R [flags]\n\n"+
+			fmt.Fprintf(fs.Output(), "usage: redlock-bench inspect -addrs host:port,... (-resource R | -role ROLE) [flags]\n\n"+
 				"What every master holds for the lock on R (redlock.Client.Inspect): the key's token\n"+
 				"and remaining TTL, a key of another type, the fair queue's length and head, and the\n"+
 				"token that holds a majority. It writes nothing.\n"+
 				"Exit status 0 when a token holds a majority, 3 when none does (free, or keys split\n"+
-				"between attempts), 1 when a majority of masters could not be read, 2 on bad flags.\n\n")
+				"between attempts), 1 when a majority of masters could not be read, 2 on bad flags.\n\n"+
+				"With -role: the current term of a leadership role (leadership.Inspect): each master's\n"+
+				"token, time left and identity record, who leads and the fence its term began with, and\n"+
+				"with -fence-addr the counter's last fence. It writes and mints nothing. Exit status 0\n"+
+				"when a majority names a leader, 3 when none does, 1 and 2 as above.\n\n")
 		} else {
 			fmt.Fprintf(fs.Output(), "usage: redlock-bench release -addrs host:port,... -resource R (-token T | -force) [flags]\n\n"+
 				"Break-glass: frees the lock on R held by token T on every master (redlock.Client.Release),\n"+
@@ -71,7 +84,13 @@ func parseOps(name string, args []string, stderr io.Writer) (*opsInvocation, err
 	if inv.masters, inv.fence, err = inv.flags.resolve(fs); err != nil {
 		return nil, err
 	}
-	if inv.resource == "" {
+	switch {
+	case inv.role != "" && inv.resource != "":
+		return nil, usage(fs, "give -resource or -role, not both")
+	case inv.resource == "" && inv.role == "":
+		if name == "inspect" {
+			return nil, usage(fs, "-resource or -role is required")
+		}
 		return nil, usage(fs, "-resource is required")
 	}
 	if name == "release" && (inv.token == "") == !inv.force {
@@ -144,6 +163,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func inspect(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
+	if inv.role != "" {
+		return inspectRole(ctx, inv, client, stdout, stderr)
+	}
 	in, err := client.Inspect(ctx, inv.resource)
 	if errors.Is(err, redlock.ErrInvalidArgument) {
 		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
@@ -310,4 +332,128 @@ func release(ctx context.Context, inv *opsInvocation, client *redlock.Client, st
 		return exitNotHeld
 	}
 	return exitOK
+}
+
+// inspectRole is `redlock-bench inspect -role`: the term of a leadership
+// role (leadership.Inspect), exit 0 when a majority names a leader.
+func inspectRole(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
+	in, err := leadership.Inspect(ctx, client, inv.role)
+	if errors.Is(err, leadership.ErrInvalidArgument) || errors.Is(err, redlock.ErrInvalidArgument) {
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		return exitUsage
+	}
+	if werr := writeTerm(stdout, in, inv.flags.format); werr != nil {
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(werr))
+		return exitError
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
+		return exitError
+	case !in.Leading:
+		return exitNotHeld
+	}
+	return exitOK
+}
+
+// termMaster is a master's part of a term as inspect -role prints it in JSON.
+type termMaster struct {
+	Addr          string `json:"addr"`
+	Token         string `json:"token"`
+	TTLms         int64  `json:"ttl_ms"` // -1: no expiry; 0: no key
+	Identity      string `json:"identity,omitempty"`
+	RecordToken   string `json:"record_token,omitempty"`
+	TermFence     uint64 `json:"term_fence,omitempty"`
+	RecordCurrent bool   `json:"record_current"`
+	Error         string `json:"error,omitempty"`
+}
+
+func writeTerm(w io.Writer, in leadership.TermInspection, format string) error {
+	masters := make([]termMaster, len(in.Lock.Masters))
+	for i, k := range in.Lock.Masters {
+		m := termMaster{Addr: k.Addr, Token: k.Token, TTLms: k.TTL.Milliseconds()}
+		if k.TTL < 0 {
+			m.TTLms = -1
+		}
+		var errs []string
+		if k.Err != nil {
+			errs = append(errs, oneLine(k.Err))
+		}
+		if i < len(in.Records) {
+			r := in.Records[i]
+			m.Identity, m.RecordToken, m.TermFence, m.RecordCurrent = r.Identity, r.Token, r.Fence, r.Current
+			if r.Err != nil {
+				errs = append(errs, oneLine(r.Err))
+			}
+		}
+		m.Error = strings.Join(errs, "; ")
+		masters[i] = m
+	}
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		type leader struct {
+			Identity string `json:"identity"`
+			Fence    uint64 `json:"fence"`
+		}
+		var l *leader
+		if in.Leading {
+			l = &leader{in.Leader.Identity, in.Leader.Fence}
+		}
+		var f *uint64
+		if in.Lock.FenceKnown {
+			f = &in.Lock.Fence
+		}
+		return enc.Encode(struct {
+			Role         string       `json:"role"`
+			Resource     string       `json:"resource"`
+			Leading      bool         `json:"leading"`
+			Leader       *leader      `json:"leader,omitempty"`
+			Holder       string       `json:"holder"`
+			FenceCounter *uint64      `json:"fence_counter,omitempty"`
+			Masters      []termMaster `json:"masters"`
+		}{in.Role, in.Lock.Resource, in.Leading, l, in.Lock.Holder, f, masters})
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MASTER\tTOKEN\tTTL\tIDENTITY\tTERM FENCE\tNOTE")
+	for _, m := range masters {
+		token, ttl, identity, termFence, note := m.Token, (time.Duration(m.TTLms) * time.Millisecond).String(), dash(m.Identity), "-", ""
+		if m.RecordToken != "" {
+			termFence = strconv.FormatUint(m.TermFence, 10)
+		}
+		switch {
+		case m.Error != "":
+			note = m.Error
+		case token == "":
+			token, ttl = "-", "-"
+		case m.TTLms < 0:
+			ttl = "none"
+		}
+		if m.Error == "" && m.RecordToken != "" && !m.RecordCurrent {
+			note = "the record names another token: an earlier term's"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Addr, token, ttl, identity, termFence, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var err error
+	if in.Leading {
+		_, err = fmt.Fprintf(w, "leader: %s (term fence %d)\n", in.Leader.Identity, in.Leader.Fence)
+	} else {
+		_, err = fmt.Fprintf(w, "leader: - (no majority names one)\n")
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "holder: %s\n", dash(in.Lock.Holder)); err != nil {
+		return err
+	}
+	switch {
+	case in.Lock.FenceErr != nil:
+		_, err = fmt.Fprintf(w, "fence counter: ? (%s)\n", oneLine(in.Lock.FenceErr))
+	case in.Lock.FenceKnown:
+		_, err = fmt.Fprintf(w, "fence counter: %d (the last minted)\n", in.Lock.Fence)
+	}
+	return err
 }

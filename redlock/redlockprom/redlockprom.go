@@ -48,6 +48,8 @@ var (
 	latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2, 15) // 100 µs .. 1.6 s
 	// From a lease nearly spent to long leases.
 	validityBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// From an uncontended call to a wait of a minute behind other holders.
+	waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 	// From a lock released at once to a job held for an hour and more.
 	holdBuckets = prometheus.ExponentialBuckets(0.001, 4, 12) // 1 ms .. 70 min
 )
@@ -59,6 +61,7 @@ var (
 type Metrics struct {
 	attempts    [len(attemptOutcomes)]prometheus.Counter
 	acquireDur  prometheus.Histogram
+	waits       [len(attemptOutcomes)]prometheus.Observer
 	validity    prometheus.Histogram
 	holds       [len(holdOutcomes)]prometheus.Observer
 	extensions  [len(extendOutcomes)]prometheus.Counter
@@ -75,7 +78,7 @@ type Metrics struct {
 	collectors  []prometheus.Collector
 	// The end functions the start hooks return, made once: a hook call
 	// allocates nothing.
-	held, extended func(redlock.Event)
+	acquired, held, extended func(redlock.Event)
 
 	mu      sync.RWMutex
 	masters map[string]*master // by address: bounded by the masters of the clients served
@@ -99,6 +102,7 @@ var _ prometheus.Collector = (*Metrics)(nil)
 // They use neither the context nor the resource name they are given.
 func (m *Metrics) Hooks() redlock.Hooks {
 	return redlock.Hooks{
+		Acquire:           m.acquire,
 		Attempt:           m.attempt,
 		Vote:              m.vote,
 		Waiting:           m.waiting,
@@ -134,6 +138,8 @@ func New(namespace string) (*Metrics, error) {
 		"Extend calls, the renewer's included, by outcome.")), []string{"outcome"})
 	renewals := prometheus.NewCounterVec(prometheus.CounterOpts(opts("renewal_failures_total",
 		"Locks that the renewer of Lock.Renew ended, by reason.")), []string{"reason"})
+	waits := prometheus.NewHistogramVec(histogram("acquire_wait_seconds",
+		"Time a TryLock, Lock, TryLockAll or LockAll call took, its waits and every attempt included, by outcome.", waitBuckets), []string{"outcome"})
 	holds := prometheus.NewHistogramVec(histogram("hold_duration_seconds",
 		"Time a lock was held, from its acquisition to its end on the holder's side, by how it ended.", holdBuckets), []string{"outcome"})
 	m := &Metrics{
@@ -164,6 +170,7 @@ func New(namespace string) (*Metrics, error) {
 	// Every outcome exists from the start, so that a rate is 0, not absent.
 	for i, o := range attemptOutcomes {
 		m.attempts[i] = attempts.WithLabelValues(o)
+		m.waits[i] = waits.WithLabelValues(o)
 	}
 	for i, o := range extendOutcomes {
 		m.extensions[i] = extensions.WithLabelValues(o)
@@ -174,8 +181,8 @@ func New(namespace string) (*Metrics, error) {
 	for i, o := range holdOutcomes {
 		m.holds[i] = holds.WithLabelValues(o)
 	}
-	m.held, m.extended = m.holdEnded, m.extendEnded
-	m.collectors = []prometheus.Collector{attempts, m.acquireDur, m.validity, holds, extensions, renewals, m.rejected,
+	m.acquired, m.held, m.extended = m.acquireEnded, m.holdEnded, m.extendEnded
+	m.collectors = []prometheus.Collector{attempts, m.acquireDur, waits, m.validity, holds, extensions, renewals, m.rejected,
 		m.waiters, m.votes, m.voteDur, m.quarantined, m.quarantines, m.drift, m.jumps, m.problems}
 	return m, nil
 }
@@ -218,6 +225,16 @@ func (m *Metrics) master(addr string) *master {
 	}
 	m.masters[addr] = s
 	return s
+}
+
+func (m *Metrics) acquire(context.Context, string) (context.Context, func(redlock.Event)) {
+	return nil, m.acquired
+}
+
+// acquireEnded observes a whole call: for Lock, the wait behind other
+// holders, which acquire_duration_seconds (one attempt) does not see.
+func (m *Metrics) acquireEnded(e redlock.Event) {
+	m.waits[index(attemptOutcomes[:], e.Outcome)].Observe(e.Took.Seconds())
 }
 
 func (m *Metrics) attempt(_ context.Context, e redlock.Event) {

@@ -238,6 +238,8 @@ func TestSeriesMove(t *testing.T) {
 		"quorumlock_lock_acquire_attempts_total{outcome=unsafe_config}",
 		"quorumlock_lock_acquire_attempts_total{outcome=cancelled}",
 		"quorumlock_lock_acquire_duration_seconds",
+		"quorumlock_lock_acquire_wait_seconds{outcome=acquired}",
+		"quorumlock_lock_acquire_wait_seconds{outcome=not_acquired}",
 		"quorumlock_lock_acquired_validity_seconds",
 		"quorumlock_lock_hold_duration_seconds{outcome=unlocked}",
 		"quorumlock_lock_hold_duration_seconds{outcome=no_progress}",
@@ -405,7 +407,9 @@ func TestHookAllocs(t *testing.T) {
 	h.Vote(ctx, redlock.Event{Master: "127.0.0.1:6379", Outcome: "agreed"})
 	allocs := testing.AllocsPerRun(1000, func() {
 		h.Vote(ctx, redlock.Event{Master: "127.0.0.1:6379", Outcome: "refused", Took: time.Millisecond})
+		_, done := h.Acquire(ctx, "r")
 		h.Attempt(ctx, redlock.Event{Outcome: "acquired", Took: time.Millisecond, Validity: time.Second})
+		done(redlock.Event{Outcome: "acquired", Took: 2 * time.Millisecond})
 		h.Waiting(1)
 		h.Waiting(-1)
 		h.Hold(ctx, "r")(redlock.Event{Outcome: "unlocked", Took: time.Second})
