@@ -12,9 +12,11 @@ COUNT   ?= 1
 # Nested modules, each with its own go.mod so that the library's build links none of their
 # dependencies (fence/etcdfence: the etcd client, and the etcd server for its tests;
 # cmd/redlock-bench: the CLI and its harnesses, with etcd, gonum/plot, porcupine, HdrHistogram
-# and a progress bar; driver/rueidis and driver/valkey: the adapters of those two clients).
+# and a progress bar; driver/rueidisdriver and driver/valkeydriver: the adapters of rueidis and
+# valkey-go, the latter generated from the former; redlock/redlockotel: OpenTelemetry).
 # ./... stops at their directories: test, lint and deps run them one by one.
-MODULES ?= fence/etcdfence cmd/redlock-bench driver/rueidis driver/valkey redlock/redlockotel
+MODULES ?= fence/etcdfence cmd/redlock-bench driver/rueidisdriver driver/valkeydriver \
+	redlock/redlockotel
 
 # The nested modules require the core (and the CLI the two adapters) at its next release, which
 # the repository's workspace, go.work, serves from this checkout: they run in it (MODGO). The
@@ -97,7 +99,7 @@ gobench: deps
 	@# Each adapter's BenchmarkLock (5 masters, c=1 and c=64, allocs/op per cycle): go-redis plain and
 	@# auto-pipelined in this module, rueidis and valkey-go in theirs.
 	$(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./driver/goredis/
-	@set -e; for m in driver/rueidis driver/valkey; do echo "cd $$m && $(GO) test -bench BenchmarkLock -benchmem"; (cd $$m && $(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) .); done
+	@set -e; for m in driver/rueidisdriver driver/valkeydriver; do echo "cd $$m && $(GO) test -bench BenchmarkLock -benchmem"; (cd $$m && $(GO) test -run '^$$' -bench 'BenchmarkLock' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) .); done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -113,7 +115,7 @@ lint:
 	@if $(ROOTGO) list -deps ./driver ./redlock/... ./fence/... | grep -E 'go-redis|quorumlock.dev/driver/'; then \
 		echo "the lock or the fence imports a Redis client (above): only driver adapters may"; exit 1; fi
 	@# Adapters import only the seam (the root module's, goredis, is held to it by internal/layering).
-	@set -e; for m in driver/rueidis driver/valkey; do \
+	@set -e; for m in driver/rueidisdriver driver/valkeydriver; do \
 		if (cd $$m && $(MODGO) list -f '{{join .Imports "\n"}}' . | grep '^quorumlock.dev/' | grep -v '^quorumlock.dev/driver$$'); then \
 			echo "$$m imports the project packages above: an adapter imports only quorumlock.dev/driver"; exit 1; fi; done
 	@# quorum and clockdrift, the public basement, import nothing of the project and no Redis client.

@@ -91,6 +91,10 @@ func parseChaos(args []string, stderr io.Writer) (*chaosInvocation, error) {
 	}
 	inv.secrets = []string{pg, my}
 	c.Store = chaosstore.Spec{Kind: inv.store, DSN: pgDSN + mysqlDSN + sqliteFile} // one of them at most
+	// What chaos.Run would refuse, refused before a store's server starts.
+	if err := chaos.Check(*c); err != nil {
+		return nil, usage(fs, "%s", strings.TrimPrefix(err.Error(), chaos.ErrConfig.Error()+": "))
+	}
 	return inv, nil
 }
 

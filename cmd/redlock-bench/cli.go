@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,8 @@ type invocation struct {
 	Config benchrun.Config
 	Format string // text, json or csv
 	Plot   string // "" or a .svg/.png path
+
+	flags *flag.FlagSet // what parse read: names the flags of an error found later
 }
 
 // parse reads the command line. Errors wrap benchrun.ErrConfig (or are
@@ -41,7 +44,7 @@ type invocation struct {
 func parse(args []string, stderr io.Writer) (*invocation, error) {
 	fs := flag.NewFlagSet("redlock-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	inv := &invocation{}
+	inv := &invocation{flags: fs}
 	cfg := &inv.Config
 	var backend, conc, driverList string
 	fs.StringVar(&backend, "backend", "embedded", "where the servers come from: embedded (in-process miniredis) or redis-server (real processes started and stopped by the run); -addrs selects existing servers")
@@ -106,13 +109,19 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 	}
 	for _, s := range concs {
 		n, err := strconv.Atoi(s)
-		if err != nil {
-			return nil, usage(fs, "-c: %q is not a number", s)
+		if err != nil || n < 1 {
+			return nil, usage(fs, "-c: %q is not a positive number", s)
 		}
 		cfg.Concurrency = append(cfg.Concurrency, n)
 	}
 	if flagSet(fs, "n") && flagSet(fs, "d") {
 		return nil, usage(fs, "-n and -d exclude each other")
+	}
+	if cfg.Cycles < 0 {
+		return nil, usage(fs, "-n %d: want a positive number of attempts per row", cfg.Cycles)
+	}
+	if cfg.Cycles == 0 && cfg.Duration <= 0 {
+		return nil, usage(fs, "-d %v: want a positive measuring time (or -n attempts per row)", cfg.Duration)
 	}
 	if cfg.Cycles > 0 {
 		cfg.Duration = 0
@@ -124,11 +133,78 @@ func parse(args []string, stderr io.Writer) (*invocation, error) {
 		return nil, usage(fs, "-plot %q: want a .svg or .png file", inv.Plot)
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), oneLine(err))
+		fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), nameFlags(fs, oneLine(err)))
 		fs.Usage()
 		return nil, err
 	}
+	if cfg.Backend.Kind == "addrs" {
+		if err := checkAddrs(fs, cfg); err != nil {
+			return nil, err
+		}
+	}
 	return inv, nil
+}
+
+// checkAddrs checks, before anything connects, what the run's -addrs backend needs: enough
+// masters, addresses that parse, a CA file that loads, a fence node for -fence.
+func checkAddrs(fs *flag.FlagSet, cfg *benchrun.Config) error {
+	bc := cfg.Backend
+	need, why := cfg.Masters, "-masters"
+	if cfg.Scenario == "scale" {
+		need, why = slices.Max(benchrun.ScaleMasters), "the scale scenario"
+	}
+	if len(bc.Addrs) < need {
+		return usage(fs, "-addrs: %d addresses for %d masters (%s): give %d, or lower -masters", len(bc.Addrs), need, why, need)
+	}
+	all := slices.Clone(bc.Addrs)
+	for _, f := range []struct{ name, addr string }{{"single-addr", bc.SingleAddr}, {"fence-addr", bc.FenceAddr}} {
+		if f.addr != "" {
+			all = append(all, f.addr)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		addrs []string
+	}{{"addrs", bc.Addrs}, {"single-addr", nonEmpty(bc.SingleAddr)}, {"fence-addr", nonEmpty(bc.FenceAddr)}} {
+		opts, _, err := backend.ServerOptions(f.addrs, "", bc.Password, "")
+		if err != nil {
+			return usage(fs, "-%s: %s", f.name, configReason(err))
+		}
+		if f.name != "addrs" {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, o := range opts[:need] {
+			if seen[o.Addr] {
+				return usage(fs, "-addrs: master %s listed twice: each master is a server of its own", o.Addr)
+			}
+			seen[o.Addr] = true
+		}
+	}
+	if bc.TLSCAFile != "" {
+		if _, _, err := backend.ServerOptions(all, "", bc.Password, bc.TLSCAFile); err != nil {
+			return usage(fs, "-tls-ca: %s", configReason(err))
+		}
+	}
+	if cfg.Fence && bc.FenceAddr == "" {
+		return usage(fs, "-fence with -addrs needs -fence-addr, the node of the fence counter")
+	}
+	return nil
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// configReason is err's reason without the configuration error's own words.
+func configReason(err error) string {
+	if _, rest, ok := strings.Cut(err.Error(), backend.ErrConfig.Error()+": "); ok {
+		return oneLine(errors.New(rest))
+	}
+	return oneLine(err)
 }
 
 // serverFlags are the flags that name existing servers and how to reach them, shared by
@@ -195,12 +271,49 @@ func redactSecrets(s string, secrets ...string) string {
 	return s
 }
 
-// usage prints a bad flag's error and the usage text, and returns the error.
+// usage prints a bad flag's error, on one line that names the flag as it is typed, and the
+// usage text, and returns the error.
 func usage(fs *flag.FlagSet, format string, args ...any) error {
 	err := fmt.Errorf("%w: "+format, append([]any{benchrun.ErrConfig}, args...)...)
-	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), oneLine(err))
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), nameFlags(fs, oneLine(err)))
 	fs.Usage()
 	return err
+}
+
+// nameFlags writes the flags of fs that msg speaks of in words as they are typed: the
+// packages behind the commands name their settings ("masters 0 outside 1..16", "node
+// timeout"), the command line names flags ("-masters", "-node-timeout"). A flag of one
+// letter is known by the first word of its help ("-c": "concurrency: ..." or "workers ...").
+// A message about a server's address gets its flag at the end. A message that names a flag
+// already is left as it is.
+func nameFlags(fs *flag.FlagSet, msg string) string {
+	type word struct{ text, flag string }
+	var words []word
+	named := false
+	fs.VisitAll(func(f *flag.Flag) {
+		named = named || regexp.MustCompile(`(^|[^\w-])-`+regexp.QuoteMeta(f.Name)+`\b`).MatchString(msg)
+		if len(f.Name) > 1 {
+			words = append(words, word{strings.ReplaceAll(f.Name, "-", " "), f.Name})
+		} else if first, _, _ := strings.Cut(f.Usage, " "); first != "" {
+			words = append(words, word{strings.TrimRight(first, ":,"), f.Name})
+		}
+	})
+	if named {
+		return msg
+	}
+	// What package backend calls the servers of a flag: the flag goes at the end.
+	for _, a := range []word{{"master address", "addrs"}, {"single address", "single-addr"}, {"fence address", "fence-addr"}, {"TLS CA file", "tls-ca"}} {
+		if fs.Lookup(a.flag) != nil && strings.Contains(msg, a.text) {
+			return msg + " (-" + a.flag + ")"
+		}
+	}
+	// Longer first: "pause rate" before "pause".
+	slices.SortStableFunc(words, func(a, b word) int { return len(b.text) - len(a.text) })
+	for _, w := range words {
+		re := regexp.MustCompile(`(^|[^\w-])` + regexp.QuoteMeta(w.text) + `\b([^-]|$)`)
+		msg = re.ReplaceAllString(msg, "${1}-"+w.flag+"${2}")
+	}
+	return msg
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -294,6 +407,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rep, err := benchrun.Run(ctx, inv.Config)
 	if err != nil {
+		if errors.Is(err, benchrun.ErrConfig) || errors.Is(err, backend.ErrConfig) {
+			// Found before any server started: backend.Open checks first.
+			fmt.Fprintf(stderr, "redlock-bench: %s\n", nameFlags(inv.flags, configReason(err)))
+			return exitUsage
+		}
 		fmt.Fprintf(stderr, "redlock-bench: %s\n", oneLine(err))
 		return exitError
 	}

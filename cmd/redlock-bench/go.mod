@@ -67,6 +67,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	quorumlock.dev/driver/rueidis v0.1.0
-	quorumlock.dev/driver/valkey v0.1.0
+	quorumlock.dev/driver/rueidisdriver v0.1.0
+	quorumlock.dev/driver/valkeydriver v0.1.0
 )

@@ -92,6 +92,10 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// Check returns the error ([ErrConfig]) that Run would return for cfg, so
+// that a caller can refuse a bad configuration before it starts a server.
+func Check(cfg Config) error { return cfg.defaults() }
+
 // Row is what the runs of one scenario came to: a row of the chaos table.
 type Row = chaosreport.Row
 

@@ -17,8 +17,8 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/goredis"
-	rueidisdriver "quorumlock.dev/driver/rueidis"
-	valkeydriver "quorumlock.dev/driver/valkey"
+	"quorumlock.dev/driver/rueidisdriver"
+	"quorumlock.dev/driver/valkeydriver"
 )
 
 // The names -driver accepts.

@@ -133,7 +133,7 @@ func TestInstallAsREADMESays(t *testing.T) {
 
 	quick := block(t, readme, "redlock/quickstart_example_test.go", "Example_minimal")
 	fenced := block(t, readme, "redlock/quickstart_example_test.go", "Example_fencedWrite")
-	onRueidis := block(t, readme, "driver/rueidis/quickstart_example_test.go", "Example_quickStart")
+	onRueidis := block(t, readme, "driver/rueidisdriver/quickstart_example_test.go", "Example_quickStart")
 	writeProgram(t, filepath.Join(app, "quickstart"), goredisMain+quick+"\n"+fenced)
 	writeProgram(t, filepath.Join(app, "onrueidis"), rueidisMain+splice(t, quick, onRueidis))
 	buildPrograms(t, app, env, goBin, filepath.Join(tmp, "bin"))
@@ -184,7 +184,7 @@ func TestCheckoutAsREADMESays(t *testing.T) {
 	require.NoError(t, os.Mkdir(app, 0o755))
 	run(t, app, env, goBin, "mod", "init", "example.com/app")
 	quick := block(t, readme, "redlock/quickstart_example_test.go", "Example_minimal")
-	onRueidis := block(t, readme, "driver/rueidis/quickstart_example_test.go", "Example_quickStart")
+	onRueidis := block(t, readme, "driver/rueidisdriver/quickstart_example_test.go", "Example_quickStart")
 	fenced := block(t, readme, "redlock/quickstart_example_test.go", "Example_fencedWrite")
 	writeProgram(t, filepath.Join(app, "quickstart"), goredisMain+quick+"\n"+fenced)
 	writeProgram(t, filepath.Join(app, "onrueidis"), rueidisMain+splice(t, quick, onRueidis))
@@ -299,7 +299,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	rueidisdriver "quorumlock.dev/driver/rueidis"
+	"quorumlock.dev/driver/rueidisdriver"
 	"quorumlock.dev/redlock"
 )
 
@@ -324,7 +324,7 @@ func writeReport(ctx context.Context) error {
 
 // buildPrograms builds the programs quickstart and onrueidis of the module at app into bin, in
 // one go command. It builds them with -race, as the suite's go test builds every package: go-redis,
-// rueidis and their dependencies, which the root module's and driver/rueidis's race tests built
+// rueidis and their dependencies, which the root module's and driver/rueidisdriver's race tests built
 // from the same module cache, then come from the build cache, and only this repository's packages
 // may need compiling. Without cgo, which the race detector needs, it builds them without. It logs
 // the packages compiled (-v names them, not those the build cache had).

@@ -1,4 +1,4 @@
-package rueidis
+package rueidisdriver
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 )
 
 // errLost is a subscription connection that closed without saying why.
-var errLost = errors.New("rueidis: subscription connection lost")
+var errLost = errors.New("rueidisdriver: subscription connection lost")
 
 type subConn struct{ conn }
 
@@ -200,7 +200,7 @@ func (s *subscription) Receive(ctx context.Context) (driver.Push, error) {
 			if !ok || err == nil {
 				err = errLost
 			}
-			return driver.Push{}, fmt.Errorf("rueidis: subscription: %w", err)
+			return driver.Push{}, fmt.Errorf("rueidisdriver: subscription: %w", err)
 		case <-s.closed:
 			return driver.Push{}, net.ErrClosed
 		case <-ctx.Done():

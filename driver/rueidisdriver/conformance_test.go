@@ -1,4 +1,4 @@
-package rueidis_test
+package rueidisdriver_test
 
 import (
 	"testing"
@@ -9,7 +9,8 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/driver/drivertest"
-	rueidisdriver "quorumlock.dev/driver/rueidis"
+	"quorumlock.dev/driver/internal/locktest"
+	"quorumlock.dev/driver/rueidisdriver"
 )
 
 // client returns a rueidis client of the one server at addr, closed when
@@ -36,16 +37,23 @@ func clientOf(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
 
 // BenchmarkLock: the lock on rueidis clients, which pipeline every command.
 func BenchmarkLock(b *testing.B) {
-	drivertest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+	locktest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
 }
 
+// TestConformance: the seam's conformance kit, every capability required
+// of a standalone client.
 func TestConformance(t *testing.T) {
 	drivertest.RunFull(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
 }
 
+// TestLock: the lock and the fence end to end over the adapter.
+func TestLock(t *testing.T) {
+	locktest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(client(t, addr)) })
+}
+
 // BenchmarkLockBatched: the same with the options of batched.
 func BenchmarkLockBatched(b *testing.B) {
-	drivertest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
+	locktest.Bench(b, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
 }
 
 // TestConformanceBatched: those options change how calls share a
@@ -53,4 +61,9 @@ func BenchmarkLockBatched(b *testing.B) {
 // the adapter promises.
 func TestConformanceBatched(t *testing.T) {
 	drivertest.RunFull(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
+}
+
+// TestLockBatched: the lock and the fence on those options.
+func TestLockBatched(t *testing.T) {
+	locktest.Run(t, func(t testing.TB, addr string) driver.Conn { return rueidisdriver.Conn(batched(t, addr)) })
 }

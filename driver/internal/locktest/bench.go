@@ -1,4 +1,4 @@
-package drivertest
+package locktest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/driver/drivertest"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock"
@@ -25,7 +26,7 @@ import (
 // parallel) it reports the cycle's latency percentiles and failed/op: the
 // share of TryLocks that did not win, which on fresh resources means that
 // calls queued in the client past the node timeout.
-func Bench(b *testing.B, newConn NewConn) {
+func Bench(b *testing.B, newConn drivertest.NewConn) {
 	servers := redistest.StartN(b, 5, redisserver.Options{})
 	for _, c := range []int{1, 64} {
 		b.Run("c="+strconv.Itoa(c), func(b *testing.B) {

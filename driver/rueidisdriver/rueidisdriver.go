@@ -1,6 +1,6 @@
-// Package valkey adapts a github.com/valkey-io/valkey-go client to the driver
+// Package rueidisdriver adapts a github.com/redis/rueidis client to the driver
 // seam of quorumlock: each master of the lock, or the fence counter's node,
-// is one valkey.Client given to [Conn].
+// is one rueidis.Client given to [Conn].
 //
 // A standalone client (one server) has every capability: push wake-up on a
 // dedicated connection, the watchers and Check. A sentinel client has them
@@ -9,11 +9,11 @@
 // instead of a push) and says so in its settings; it is one failure domain
 // like a go-redis cluster client.
 //
-// valkey pipelines every command of a client on one connection per server
+// rueidis pipelines every command of a client on one connection per server
 // (more with PipelineMultiplex), which is what makes it fast under load.
-// A call given up at the lock's node timeout stays in that pipeline; valkey
+// A call given up at the lock's node timeout stays in that pipeline; rueidis
 // closes a connection whose server stops answering after ConnWriteTimeout.
-package valkey
+package rueidisdriver
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
+	"github.com/redis/rueidis"
 
 	"quorumlock.dev/driver"
 )
@@ -32,19 +32,19 @@ import (
 // Conn adapts c; a nil c gives nil (redlock.New refuses it). The result
 // has [driver.Inspector] and [driver.Describer], and [driver.Subscriber]
 // unless c is a cluster client.
-func Conn(c valkey.Client) driver.Conn {
+func Conn(c rueidis.Client) driver.Conn {
 	if c == nil {
 		return nil
 	}
 	a := conn{c: c}
-	if c.Mode() == valkey.ClientModeCluster {
+	if c.Mode() == rueidis.ClientModeCluster {
 		return a
 	}
 	return subConn{a}
 }
 
 // Masters adapts each client with [Conn].
-func Masters(clients ...valkey.Client) []driver.Conn {
+func Masters(clients ...rueidis.Client) []driver.Conn {
 	conns := make([]driver.Conn, len(clients))
 	for i, c := range clients {
 		conns[i] = Conn(c)
@@ -54,7 +54,7 @@ func Masters(clients ...valkey.Client) []driver.Conn {
 
 // Unwrap returns the client that c adapts, or nil when c is not of this
 // package.
-func Unwrap(c driver.Conn) valkey.Client {
+func Unwrap(c driver.Conn) rueidis.Client {
 	switch a := c.(type) {
 	case conn:
 		return a.c
@@ -64,7 +64,7 @@ func Unwrap(c driver.Conn) valkey.Client {
 	return nil
 }
 
-type conn struct{ c valkey.Client }
+type conn struct{ c rueidis.Client }
 
 func (a conn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -72,7 +72,7 @@ func (a conn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (
 	}
 	cmd := a.c.B().Set().Key(key).Value(value).Nx().PxMilliseconds(ttl.Milliseconds()).Build()
 	msg, err := a.c.Do(ctx, cmd).ToMessage()
-	if valkey.IsValkeyNil(err) {
+	if rueidis.IsRedisNil(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -158,32 +158,32 @@ func (a conn) Describe() driver.Description {
 	slices.Sort(nodes)
 	mode := a.c.Mode()
 	switch mode {
-	case valkey.ClientModeCluster:
+	case rueidis.ClientModeCluster:
 		d.Cluster = nodes
-	case valkey.ClientModeStandalone:
+	case rueidis.ClientModeStandalone:
 		if len(nodes) == 1 {
 			d.Addr = nodes[0]
 		}
 	}
-	// valkey sends a write (SET, EVALSHA, EVAL) once: only read-only
+	// rueidis sends a write (SET, EVALSHA, EVAL) once: only read-only
 	// commands are retried. A cluster client follows redirects, which sends
 	// a command again.
-	d.NeverRetries = mode != valkey.ClientModeCluster
+	d.NeverRetries = mode != rueidis.ClientModeCluster
 	d.Settings = settings(string(mode))
 	return d
 }
 
-// settings are what a valkey.Client tells of itself; it does not expose
+// settings are what a rueidis.Client tells of itself; it does not expose
 // its ClientOption, so the options are named where they matter.
 func settings(mode string) []driver.Setting {
 	s := []driver.Setting{
 		{Name: "Mode", Value: mode, Why: "one server or a sentinel-followed master: push wake-up on a dedicated connection"},
 		{Name: "retries", Value: "read-only commands only",
 			Why: "SET and the lock's scripts are sent once; INFO, TIME and CONFIG GET may be sent again after a network error within the caller's deadline (DisableRetry turns that off)"},
-		{Name: "ConnWriteTimeout", Value: "not readable from a valkey.Client",
+		{Name: "ConnWriteTimeout", Value: "not readable from a rueidis.Client",
 			Why: "calls given up at the node timeout stay in the pipeline until the server answers or ConnWriteTimeout closes the connection; set it to a few seconds"},
 	}
-	if mode == string(valkey.ClientModeCluster) {
+	if mode == string(rueidis.ClientModeCluster) {
 		s[0].Why = "a cluster client: no push wake-up (waiters wait for the key's expiry); INFO and TIME reach one node"
 		s[1].Value, s[1].Warn = "redirects and read-only commands", true
 		s[1].Why = "a command redirected by MOVED or ASK is sent again, so a failure cannot be told from a command never sent"
@@ -191,15 +191,15 @@ func settings(mode string) []driver.Setting {
 	return s
 }
 
-// scripts caches a valkey.Lua per *driver.Script.
+// scripts caches a rueidis.Lua per *driver.Script.
 var scripts sync.Map
 
-func lua(s *driver.Script) *valkey.Lua {
+func lua(s *driver.Script) *rueidis.Lua {
 	if l, ok := scripts.Load(s); ok {
-		return l.(*valkey.Lua)
+		return l.(*rueidis.Lua)
 	}
-	l, _ := scripts.LoadOrStore(s, valkey.NewLuaScript(s.Source()))
-	return l.(*valkey.Lua)
+	l, _ := scripts.LoadOrStore(s, rueidis.NewLuaScript(s.Source()))
+	return l.(*rueidis.Lua)
 }
 
 // strArgs formats a script's arguments: strings and Go integers.
@@ -238,10 +238,10 @@ func strArgs(args []any) ([]string, error) {
 
 // ErrArgument is a script argument of a type the driver seam does not
 // carry; nothing was sent.
-var ErrArgument = errors.New("valkey: bad argument")
+var ErrArgument = errors.New("rueidisdriver: bad argument")
 
 // value converts a script's reply to the seam's types.
-func value(m valkey.ValkeyMessage) (any, error) {
+func value(m rueidis.RedisMessage) (any, error) {
 	switch {
 	case m.IsInt64():
 		return m.AsInt64()
@@ -268,19 +268,19 @@ func value(m valkey.ValkeyMessage) (any, error) {
 	return nil, unexpected("a script", m)
 }
 
-func unexpected(what string, m valkey.ValkeyMessage) error {
-	return fmt.Errorf("valkey: %w from %s: %s", driver.ErrUnexpectedReply, what, m.String())
+func unexpected(what string, m rueidis.RedisMessage) error {
+	return fmt.Errorf("rueidisdriver: %w from %s: %s", driver.ErrUnexpectedReply, what, m.String())
 }
 
-// convert maps valkey's nil and error replies to the driver's.
+// convert maps rueidis's nil and error replies to the driver's.
 func convert(err error) error {
 	if err == nil {
 		return nil
 	}
-	if valkey.IsValkeyNil(err) {
+	if rueidis.IsRedisNil(err) {
 		return driver.Nil
 	}
-	if re, ok := valkey.IsValkeyErr(err); ok {
+	if re, ok := rueidis.IsRedisErr(err); ok {
 		return &driver.ReplyError{Msg: re.Error()}
 	}
 	return err

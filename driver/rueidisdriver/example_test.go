@@ -1,4 +1,4 @@
-package rueidis_test
+package rueidisdriver_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 
-	rueidisdriver "quorumlock.dev/driver/rueidis"
+	"quorumlock.dev/driver/rueidisdriver"
 	"quorumlock.dev/redlock"
 )
 

@@ -1,4 +1,4 @@
-package rueidis_test
+package rueidisdriver_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
-	rueidisdriver "quorumlock.dev/driver/rueidis"
+	"quorumlock.dev/driver/rueidisdriver"
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 )

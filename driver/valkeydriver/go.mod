@@ -1,11 +1,11 @@
-module quorumlock.dev/driver/rueidis
+module quorumlock.dev/driver/valkeydriver
 
 go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
+	github.com/valkey-io/valkey-go v1.0.80
 	quorumlock.dev v0.1.0
 )
 
