@@ -167,11 +167,19 @@ func inspect(ctx context.Context, inv *opsInvocation, client *redlock.Client, st
 		return inspectRole(ctx, inv, client, stdout, stderr)
 	}
 	in, err := client.Inspect(ctx, inv.resource)
-	if errors.Is(err, redlock.ErrInvalidArgument) {
+	return inspected(stderr, err, func() error { return writeInspection(stdout, in, inv.flags.format) }, in.Holder != "")
+}
+
+// inspected is the exit status of an inspection that returned err and
+// found a holder (or a leader) or not, once write wrote what it read: 2 for
+// a bad argument (nothing written), 1 when a majority could not be read or
+// the output failed, 3 when nobody holds it, else 0.
+func inspected(stderr io.Writer, err error, write func() error, found bool) int {
+	if errors.Is(err, redlock.ErrInvalidArgument) || errors.Is(err, leadership.ErrInvalidArgument) {
 		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
 		return exitUsage
 	}
-	if werr := writeInspection(stdout, in, inv.flags.format); werr != nil {
+	if werr := write(); werr != nil {
 		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(werr))
 		return exitError
 	}
@@ -179,7 +187,7 @@ func inspect(ctx context.Context, inv *opsInvocation, client *redlock.Client, st
 	case err != nil:
 		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
 		return exitError
-	case in.Holder == "":
+	case !found:
 		return exitNotHeld
 	}
 	return exitOK
@@ -338,22 +346,7 @@ func release(ctx context.Context, inv *opsInvocation, client *redlock.Client, st
 // role (leadership.Inspect), exit 0 when a majority names a leader.
 func inspectRole(ctx context.Context, inv *opsInvocation, client *redlock.Client, stdout, stderr io.Writer) int {
 	in, err := leadership.Inspect(ctx, client, inv.role)
-	if errors.Is(err, leadership.ErrInvalidArgument) || errors.Is(err, redlock.ErrInvalidArgument) {
-		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
-		return exitUsage
-	}
-	if werr := writeTerm(stdout, in, inv.flags.format); werr != nil {
-		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(werr))
-		return exitError
-	}
-	switch {
-	case err != nil:
-		fmt.Fprintf(stderr, "redlock-bench inspect: %s\n", oneLine(err))
-		return exitError
-	case !in.Leading:
-		return exitNotHeld
-	}
-	return exitOK
+	return inspected(stderr, err, func() error { return writeTerm(stdout, in, inv.flags.format) }, in.Leading)
 }
 
 // termMaster is a master's part of a term as inspect -role prints it in JSON.
