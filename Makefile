@@ -123,13 +123,14 @@ lint:
 		echo "quorum or clockdrift imports the packages above"; exit 1; fi
 
 # The SPIN models at larger bounds than make test's (docs/model.md): redlock.pml with 2
-# acquisitions per client over 6 ticks, exhaustive where it fits and bitstate (-DBITSTATE) where
-# it does not; fence.pml with 4 mints and 3 losses; every pan prints its states and time.
+# acquisitions per client over 6 ticks, exhaustive (state vectors compressed, -DCOLLAPSE) where it
+# fits and bitstate (-DBITSTATE) where it does not, Extend and a restart with exact clocks; fence.pml
+# with 4 mints and 3 losses; fair.pml's claim over 8 ticks; every pan prints its states and time.
 model: deps
 	@set -e; d=$$(mktemp -d); cp model/*.pml $$d; cd $$d; \
-	for c in "redlock.pml -DCYCLES=2 -DINFLIGHT -DTMAX=0" "fence.pml -DMINTS=4 -DLOSSES=3"; do \
-		echo "== $$c (exhaustive)"; spin -a $${c#* } $${c%% *} && gcc -O2 -w -DSAFETY -DMEMLIM=4096 -o pan pan.c && ./pan -m400000 | grep -E 'errors|states, stored|elapsed'; done; \
-	for c in "-DCYCLES=2" "-DCYCLES=2 -DSUSPEND" "-DCYCLES=2 -DEXTEND" "-DCYCLES=2 -DRESTART" "-DCYCLES=2 -DPAUSE -DNO_MUTEX"; do \
+	for c in "redlock.pml -DCYCLES=2" "redlock.pml -DCYCLES=2 -DINFLIGHT -DTMAX=0" "fence.pml -DMINTS=4 -DLOSSES=3" "fair.pml -DCLAIM -DTMAX=8"; do \
+		echo "== $$c (exhaustive, -DCOLLAPSE)"; spin -a $${c#* } $${c%% *} && gcc -O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c && ./pan -m400000 | grep -E 'errors|states, stored|total actual|elapsed'; done; \
+	for c in "-DCYCLES=2 -DSUSPEND" "-DCYCLES=2 -DEXTEND -DEXACT_CLOCKS" "-DCYCLES=2 -DRESTART -DEXACT_CLOCKS" "-DCYCLES=2 -DPAUSE -DNO_MUTEX"; do \
 		echo "== redlock.pml $$c (bitstate)"; spin -a $$c redlock.pml && gcc -O2 -w -DSAFETY -DBITSTATE -o pan pan.c && ./pan -w30 -m400000 | grep -E 'errors|states, stored|elapsed'; done; \
 	rm -rf $$d
 

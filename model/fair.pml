@@ -18,6 +18,15 @@
  * X1's lock may end before its Unlock and before its lease runs out: a failed
  * Extend ends it and releases its key.
  * BUG_PASS_LOST: Unlock passes on a lock that had ended.
+ *
+ * CLAIM: X2 also queues on the masters behind Y1, with a claim, while it
+ * waits in-process (fair.Line.Claims). A waiter that claimed is never passed
+ * the lock in-process: its claim would stay on the masters, and a release
+ * would hand the key to a waiter that no longer waits. Whether X2 claims and
+ * whether Unlock may pass to it are decided under the line's mutex; the
+ * assertion: a key handed to X2's claim finds X2 still waiting on the masters.
+ * BUG_CLAIM_RACE: X2 decides to claim and writes its claim in two steps,
+ * outside the mutex, so Unlock can pick it for a pass in between.
  */
 
 #define TTL 3
@@ -40,6 +49,8 @@ bool unlocked;          /* X1 has unlocked */
 bool served;            /* ghost: a waiter (X2 or Y1) got to work */
 bool lost;              /* X1's lock ended before its lease: a failed Extend */
 chan pass = [1] of { byte };  /* the in-process pass: X1's lease deadline */
+bool claimed;           /* X2 has a claim on the masters */
+bool passedIn;          /* ghost: X2 took an in-process pass: it no longer waits on the masters */
 
 #define inTime (!(cs[1] && now+1 >= dl[1]) && !(cs[2] && now+1 >= dl[2]) && !(cs[3] && now+1 >= dl[3]))
 
@@ -57,12 +68,15 @@ end:	do
 
 /* release_key(key, token): compare-and-delete, or the key to the head's claim */
 inline releaseKey(t) {
+	atomic {                               /* one script */
 	if
 	:: key == t && head == 3 -> key = T3; exp = now + TTL; head = second; second = 0  /* hand_to_head */
-	:: key == t && head == 2 -> key = T2; exp = now + TTL; head = second; second = 0
+	:: key == t && head == 2 -> key = T2; exp = now + TTL; head = second; second = 0;
+		assert(!passedIn)  /* the claim of a waiter that still waits */
 	:: key == t && head == 0 -> key = 0; exp = 0
 	:: else
 	fi
+	}
 }
 
 active proctype X1() {
@@ -75,9 +89,9 @@ active proctype X1() {
 	/* Unlock */
 	if
 #ifdef BUG_PASS_LOST
-	:: atomic { now < dl[1] -> pass!dl[1]; unlocked = true }            /* passes what ended */
+	:: atomic { now < dl[1] && !claimed -> pass!dl[1]; unlocked = true }            /* passes what ended */
 #else
-	:: atomic { now < dl[1] && !lost -> pass!dl[1]; unlocked = true }   /* passOn */
+	:: atomic { now < dl[1] && !lost && !claimed -> pass!dl[1]; unlocked = true }   /* passOn */
 #endif
 	:: else -> atomic { releaseKey(T1); pass!0; unlocked = true }       /* release, X2 tries */
 	fi
@@ -85,16 +99,28 @@ active proctype X1() {
 
 active proctype X2() {
 	byte d;
+#ifdef CLAIM
+	if
+#ifdef BUG_CLAIM_RACE
+	:: !unlocked ->                        /* decides to claim; Unlock may pick it meanwhile */
+		atomic { head == 3 && second == 0 -> second = 2; claimed = true }
+#else
+	:: atomic { !unlocked && head == 3 && second == 0 -> second = 2; claimed = true }
+#endif
+	:: skip
+	fi;
+#endif
 	pass?d;
 	if
 	:: d != 0 ->                           /* passed in-process: X1's token and lease */
-		atomic { dl[2] = d; if :: now < dl[2] -> enter(2) :: else fi }
+		atomic { passedIn = true; dl[2] = d; if :: now < dl[2] -> enter(2) :: else fi }
 	:: else ->                             /* a round of its own: fair_lock.lua */
 		byte start;
 		do
 		:: atomic {
 			if
 			:: key == 0 && head == 0 -> key = T2; exp = now + TTL; dl[2] = now + LEASE; break
+			:: key == 0 && head == 2 -> key = T2; exp = now + TTL; head = second; second = 0; dl[2] = now + LEASE; break
 			:: key == T2 -> dl[2] = start + LEASE; break      /* handed to our claim */
 			:: else -> start = now;                           /* queue, claim */
 				if :: head == 0 -> head = 2 :: head == 3 && second == 0 -> second = 2 :: else fi

@@ -11,6 +11,7 @@
  *
  * (c): no fence is returned twice, across processes and losses.
  * BUG_COUNTER_WITHOUT_FLOOR: a missing key starts at 1 (bugs.CounterWithoutFloor).
+ * The "EV" lines are the steps model/check.go's Checker replays (redlock.pml).
  */
 
 #ifndef MINTS
@@ -30,7 +31,7 @@ bit  issued[CMAX+2*MINTS+2];  /* ghost: fences returned to a caller */
 active proctype Node() {
 end:	do
 	:: d_step { clk < CMAX -> clk++ }
-	:: d_step { cnt != 0 && losses < LOSSES -> cnt = 0; losses++ }  /* key lost */
+	:: d_step { cnt != 0 && losses < LOSSES -> cnt = 0; losses++; printf("EV lost at=%d\n", clk) }  /* key lost */
 	od
 }
 
@@ -48,7 +49,9 @@ end:	do        /* a process waiting for the clock when it stopped ends there */
 			:: else -> cnt = clk
 #endif
 			fi;
-			v = cnt
+			v = cnt;
+			printf("EV mint at=%d c=%d fence=%d clock=%d\n", clk, _pid, v, clk);
+			printf("EV mintreply at=%d c=%d fence=%d\n", clk, _pid, v)
 		};
 		if
 		:: v <= last -> skip               /* ErrCounterRegressed: no fence */

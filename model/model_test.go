@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,7 @@ var checks = []check{
 	{"e: nor of a failed Extend", "redlock.pml", []string{"CYCLES=1", "INFLIGHT", "EXTEND", "TMAX=0"}, nil, false},
 	{"c: no fence twice across a lost key", "fence.pml", nil, nil, false},
 	{"d: the fair policy: one holder at a time", "fair.pml", nil, nil, false},
+	{"d: a waiter that claimed is never passed the lock in-process", "fair.pml", []string{"CLAIM"}, nil, false},
 	{"d: a waiter gets the lock after the release, under weak fairness", "fair.pml", []string{"LIVE", "TMAX=0"}, []string{"-a", "-f"}, false},
 	{"d: without weak fairness it may not", "fair.pml", []string{"LIVE", "TMAX=0"}, []string{"-a"}, true},
 
@@ -56,6 +58,9 @@ var checks = []check{
 	{"bug: a failed Extend that releases nothing", "redlock.pml", []string{"CYCLES=1", "INFLIGHT", "EXTEND", "TMAX=0", "BUG_EXTEND_KEEPS_KEYS"}, nil, true},
 	{"bug: the counter restarts without its floor", "fence.pml", []string{"BUG_COUNTER_WITHOUT_FLOOR"}, nil, true},
 	{"bug: a lost lock passed on in-process", "fair.pml", []string{"BUG_PASS_LOST"}, nil, true},
+	{"bug: Done asked for after the lease ran out, left open", "redlock.pml", []string{"CYCLES=1", "BUG_DONE_LATE_AFTER_LEASE"}, nil, true},
+	{"bug: Extend's outcome decided by whether Done was asked for", "redlock.pml", []string{"CYCLES=1", "EXTEND", "EXACT_CLOCKS", "TMAX=4", "BUG_EXTEND_OUTCOME_ON_DONE"}, nil, true},
+	{"bug: a claim that races an in-process pass", "fair.pml", []string{"CLAIM", "BUG_CLAIM_RACE"}, nil, true},
 }
 
 var (
@@ -159,6 +164,21 @@ func run(t *testing.T, spin, gcc string, c check) {
 		t.Fatalf("the search did not complete:\n%s", out)
 	case c.fail && testing.Verbose():
 		t.Logf("the counterexample:\n%s", strings.Join(steps(t, ctx, spin, dir, c, defs), "\n"))
+	}
+	if c.fail && c.model != "fair.pml" {
+		// The Checker (check.go) replays the counterexample: a bug's, or an
+		// unguarded store's, is a run the model without the switch cannot
+		// produce; the pause's is one it can, once pauses are allowed.
+		err := replayed(t, ctx, spin, dir, c, defs)
+		bug := strings.HasPrefix(c.name, "bug:") || slices.Contains(c.defines, "UNGUARDED")
+		switch {
+		case bug && err == nil:
+			t.Fatalf("the Checker accepts the counterexample of a bug")
+		case !bug && err != nil:
+			t.Fatalf("the Checker rejects a counterexample the model produces: %v", err)
+		case err != nil:
+			t.Logf("the Checker: %v", err)
+		}
 	}
 }
 

@@ -24,6 +24,11 @@
  *   NO_REFUSAL  assert that the store never refuses a write: with PAUSE, the
  *               counterexample is Kleppmann's scenario, the stale write refused
  *   BUG_*       re-injected bugs, see README.md
+ *
+ * Each step that the code's trace records is printed as an "EV" line
+ * (printf runs in simulation and trail replay, never in pan's search):
+ * model/check.go's Checker encodes the same rules, and model_test.go replays
+ * SPIN's simulations and counterexamples through it.
  */
 
 #define NM 3            /* masters; assertions below are written for three */
@@ -101,7 +106,8 @@ inline setKey(m, t) {
  * never. */
 inline late(c, m) {
 	if
-	:: key[m] == 0 -> setKey(m, ptok[c*NM+m])
+	:: key[m] == 0 -> setKey(m, ptok[c*NM+m]);
+		printf("EV set at=%d c=%d m=%d tok=%d ok=1\n", now, c, m, ptok[c*NM+m])
 	:: true
 	fi;
 	pend[c*NM+m] = 0; ptok[c*NM+m] = 0
@@ -127,9 +133,9 @@ end:	do
 	:: atomic { pend[5] -> late(1, 2) }
 #endif
 #ifdef RESTART
-	:: d_step { !restarts && now > 0 -> key[0] = 0; exp[0] = 0; quar[0] = now + TTL; restarts = 1 }
-	:: d_step { !restarts && now > 0 -> key[1] = 0; exp[1] = 0; quar[1] = now + TTL; restarts = 1 }
-	:: d_step { !restarts && now > 0 -> key[2] = 0; exp[2] = 0; quar[2] = now + TTL; restarts = 1 }
+	:: d_step { !restarts && now > 0 -> key[0] = 0; exp[0] = 0; quar[0] = now + TTL; restarts = 1; printf("EV restart at=%d m=0\n", now) }
+	:: d_step { !restarts && now > 0 -> key[1] = 0; exp[1] = 0; quar[1] = now + TTL; restarts = 1; printf("EV restart at=%d m=1\n", now) }
+	:: d_step { !restarts && now > 0 -> key[2] = 0; exp[2] = 0; quar[2] = now + TTL; restarts = 1; printf("EV restart at=%d m=2\n", now) }
 #endif
 	od
 }
@@ -158,11 +164,18 @@ end:	do
 
 #define noKey(t) (key[0] != t && key[1] != t && key[2] != t)
 
+/* (e): once the releases are done, no master keeps the key. */
+#define checkReleased() printf("EV released at=%d c=%d tok=%d\n", now, c, tok); assert(noKey(tok))
+#define released() atomic { checkReleased() }
+
 /* Lock.releaseAfter and release.lua: compare-and-delete on every master, each
  * after its call of the round returned (quorum.Round.UndoUntil); a release
  * that got no reply is tried again (cleanup.go). Then (e): no master keeps
  * the key. */
-#define relOne(m) if :: key[m] == tok -> key[m] = 0; exp[m] = 0 :: else fi
+#define relOne(m) if \
+	:: key[m] == tok -> key[m] = 0; exp[m] = 0; printf("EV release at=%d c=%d m=%d tok=%d ok=1\n", now, c, m, tok) \
+	:: else -> printf("EV release at=%d c=%d m=%d tok=%d ok=0\n", now, c, m, tok) \
+	fi
 inline releaseAll() {
 #ifdef INFLIGHT
 	m = 0;
@@ -170,8 +183,8 @@ inline releaseAll() {
 	:: m < NM ->
 		returned(c, m);
 		if
-		:: d_step { key[m] == tok -> key[m] = 0; exp[m] = 0; m++ }
-		:: d_step { key[m] != tok -> m++ }
+		:: d_step { key[m] == tok -> key[m] = 0; exp[m] = 0; printf("EV release at=%d c=%d m=%d tok=%d ok=1\n", now, c, m, tok); m++ }
+		:: d_step { key[m] != tok -> printf("EV release at=%d c=%d m=%d tok=%d ok=0\n", now, c, m, tok); m++ }
 		:: skip ->                       /* no reply: lost on the way */
 #ifdef BUG_NO_RELEASE_RETRY
 			m++                          /* not tried again */
@@ -181,10 +194,10 @@ inline releaseAll() {
 		fi
 	:: else -> break
 	od;
-	assert(noKey(tok))
+	released()
 #else
 	/* every release arrives (INFLIGHT checks those that do not) */
-	d_step { relOne(0); relOne(1); relOne(2) }
+	d_step { relOne(0); relOne(1); relOne(2); checkReleased() }
 #endif
 }
 
@@ -192,7 +205,7 @@ inline releaseAll() {
  * master may keep the key. */
 inline noRelease() {
 	returned(c, 0); returned(c, 1); returned(c, 2);
-	assert(noKey(tok))
+	released()
 }
 
 /* The holder starts its work: (a), no other client is at work. */
@@ -201,9 +214,34 @@ inline noRelease() {
 #else
 #define enter() inCS[c] = true; assert(!inCS[1-c])
 #endif
+#define entered() printf("EV enter at=%d mono=%d c=%d tok=%d\n", now, mono(c), c, tok)
+
+/* The holder's look at its lock before its work: Lock.Context (or Until).
+ * BUG_DONE_LATE_AFTER_LEASE: Context asked for the first time after the
+ * lease ran out arms a timer instead of ending the lock, and the holder
+ * finds it open. */
+#ifdef BUG_DONE_LATE_AFTER_LEASE
+#define held(c) (valid(c) || !asked)
+#define ask() asked = 1
+#else
+#define held(c) valid(c)
+#define ask() skip
+#endif
+
+/* Lock.extended: a majority extended, and the lease it extends has not run
+ * out. BUG_EXTEND_OUTCOME_ON_DONE: the old lease is compared only when Done
+ * had been asked for (never, here): the new one alone decides. */
+#ifdef BUG_EXTEND_OUTCOME_ON_DONE
+#define extOK(c) (now < start + LEASE && mono(c) < mstart + LEASE)
+#else
+#define extOK(c) valid(c)
+#endif
 
 proctype Client(byte c) {
 	byte a, m, i, tok, got, dlm, fence;
+#ifdef BUG_DONE_LATE_AFTER_LEASE
+	bit asked;
+#endif
 #ifdef EXTEND
 	byte start, mstart;
 	bit extended;
@@ -214,15 +252,20 @@ proctype Client(byte c) {
 	do
 	:: a < CYCLES ->
 		/* lockRound: SET NX on every master, client c in the order c, c+1, ... */
-		d_step { tok = c*CYCLES + a + 1; dl[c] = now + LEASE; dlm = mono(c) + LEASE }
+		d_step { tok = c*CYCLES + a + 1; dl[c] = now + LEASE; dlm = mono(c) + LEASE;
+			printf("EV round at=%d mono=%d c=%d tok=%d\n", now, mono(c), c, tok) }
 		do
 		:: i < NM ->
 			if
 			:: atomic {                  /* answered in time */
 				m = (c + i) % NM;
 				if
-				:: key[m] == 0 -> setKey(m, tok); if :: counts(m) -> got++ :: else fi
-				:: else                  /* held: refused */
+				:: key[m] == 0 -> setKey(m, tok); if :: counts(m) -> got++ :: else fi;
+					printf("EV set at=%d c=%d m=%d tok=%d ok=1\n", now, c, m, tok);
+					printf("EV setreply at=%d c=%d m=%d tok=%d ok=1\n", now, c, m, tok)
+				:: else ->               /* held: refused */
+					printf("EV set at=%d c=%d m=%d tok=%d ok=0\n", now, c, m, tok);
+					printf("EV setreply at=%d c=%d m=%d tok=%d ok=0\n", now, c, m, tok)
 				fi; i++ }
 #ifdef INFLIGHT
 			:: d_step { m = (c + i) % NM; pend[c*NM+m] = 1; ptok[c*NM+m] = tok; i++ }  /* no reply in time */
@@ -240,15 +283,17 @@ proctype Client(byte c) {
 		atomic { dl[c] = dl[c] + 2*DRIFT; dlm = dlm + 2*DRIFT };
 #endif
 		if
-		:: atomic { got >= Q && valid(c) -> ctr++; fence = ctr; got = 0 };  /* won; Client.mint */
+		:: atomic { got >= Q && valid(c) -> ctr++; fence = ctr; got = 0;  /* won; Client.mint */
+			printf("EV mintreply at=%d c=%d fence=%d\n", now, c, fence);
+			printf("EV won at=%d mono=%d c=%d tok=%d until=%d fence=%d\n", now, mono(c), c, tok, dlm, fence) };
 #ifdef EXTEND
 work:
 #endif
 			if
 #ifdef PAUSE
-			:: valid(c)                      /* checked, then paused for any time */
+			:: atomic { held(c) -> ask(); entered() }  /* checked, then paused for any time */
 #else
-			:: atomic { valid(c) -> enter() }
+			:: atomic { held(c) -> ask(); entered(); enter() }
 #endif
 			:: else -> releaseAll(); goto next  /* the lease ran out first: Unlock */
 			fi;
@@ -260,10 +305,12 @@ work:
 				if
 				:: fence > stored ->
 #endif
+					printf("EV write at=%d c=%d tok=%d fence=%d ok=1\n", now, c, tok, fence);
 					assert(fence > accepted);  /* (b): never below an accepted fence */
 					accepted = fence; stored = fence
 #ifndef UNGUARDED
-				:: else -> refused = true
+				:: else -> refused = true;
+					printf("EV write at=%d c=%d tok=%d fence=%d ok=0\n", now, c, tok, fence)
 				fi
 #endif
 				;
@@ -275,22 +322,34 @@ work:
 #ifdef EXTEND
 			if
 			:: !extended ->
-				/* Lock.Extend: extend.lua on every master */
-				d_step { extended = 1; start = now; mstart = mono(c); got = 0; i = 0 }
+				/* Lock.Extend: extend.lua on every master. The restart guard
+				 * holds out no vote here (Client.vote guards acquisitions):
+				 * extend.lua extends only a key that holds the token, which a
+				 * restarted master has only if this lock set it since. */
+				d_step { extended = 1; start = now; mstart = mono(c); got = 0; i = 0;
+					printf("EV extround at=%d mono=%d c=%d tok=%d\n", now, mono(c), c, tok) }
 				do
 				:: i < NM ->
 					if
-					:: atomic { key[i] == tok -> setKey(i, tok); if :: counts(i) -> got++ :: else fi; i++ }
-					:: d_step { key[i] != tok -> i++ }
+					:: atomic { key[i] == tok -> setKey(i, tok); got++;  /* every master counts (below) */
+						printf("EV extend at=%d c=%d m=%d tok=%d ok=1\n", now, c, i, tok);
+						printf("EV extreply at=%d c=%d m=%d tok=%d ok=1\n", now, c, i, tok); i++ }
+					:: d_step { key[i] != tok ->
+						printf("EV extend at=%d c=%d m=%d tok=%d ok=0\n", now, c, i, tok);
+						printf("EV extreply at=%d c=%d m=%d tok=%d ok=0\n", now, c, i, tok); i++ }
 #ifdef INFLIGHT
-					:: atomic { key[i] == tok -> setKey(i, tok); i++ }  /* applied, no reply */
+					:: atomic { key[i] == tok -> setKey(i, tok);  /* applied, no reply */
+						printf("EV extend at=%d c=%d m=%d tok=%d ok=1\n", now, c, i, tok); i++ }
 #endif
 					:: i++                   /* no reply */
 					fi
 				:: else -> break
 				od;
 				if
-				:: d_step { got >= Q && valid(c) -> dl[c] = start + LEASE; dlm = mstart + LEASE; got = 0; i = 0 };
+				:: d_step { got >= Q && extOK(c) ->
+						assert(valid(c));        /* (f): a lease that ran out is never extended */
+						dl[c] = start + LEASE; dlm = mstart + LEASE; got = 0; i = 0;
+						printf("EV extended at=%d mono=%d c=%d tok=%d until=%d\n", now, mono(c), c, tok, dlm) };
 					goto work
 				:: else ->                   /* a failed Extend ends the lock: released */
 #ifdef BUG_EXTEND_KEEPS_KEYS
@@ -317,6 +376,9 @@ work:
 next:	skip;
 		d_step {
 			a++; m = 0; i = 0; got = 0; dlm = 0; fence = 0; dl[c] = 0;
+#ifdef BUG_DONE_LATE_AFTER_LEASE
+			asked = 0;
+#endif
 #ifdef EXTEND
 			start = 0; mstart = 0; extended = 0;
 #endif

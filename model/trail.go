@@ -16,7 +16,10 @@ var failedLine = regexp.MustCompile(`text of failed assertion: (.*)`)
 // rest of a trail (loop counters, ghost variables) is left out of the steps.
 var named = []struct{ stmt, name string }{
 	{"now = (now+1)", "clock: one tick (keys whose TTL ran out expire)"},
-	{"((now<6)&&", "clock: one tick (keys whose TTL ran out expire)"},
+	{"(((now<4)&&", "clock: one tick (keys whose TTL ran out expire)"},
+	{"(((now<6)&&", "clock: one tick (keys whose TTL ran out expire)"},
+	{"(((now<8)&&", "clock: one tick (keys whose TTL ran out expire)"},
+	{"(((now+3)<=", "suspend: the machine sleeps 3 ticks, the monotonic clock misses them"},
 	{"now = (now+3)", "suspend: the machine sleeps 3 ticks, the monotonic clock misses them"},
 	{"key[m] = tok", "SET NX PX: the master sets the key (Client.setNX)"},
 	{"pend[((c*3)+m)] = 1", "SET NX sent, no reply in time (quorum.Group.Do)"},
@@ -41,6 +44,13 @@ var named = []struct{ stmt, name string }{
 	{"cs[3] = 1", "Y1 starts its work"},
 	{"key = 3", "the key goes to Y1 (fair_lock.lua, or queue.lua's hand_to_head to its claim)"},
 	{"key = 2", "the key goes to X2 (fair_lock.lua, or hand_to_head)"},
+	{"(!(unlocked))", "X2 decides to claim: no pass picked for it yet (fair.Line.Claims)"},
+	{"second = 2", "X2's claim is written on the masters, queued behind Y1"},
+	{"passedIn = 1", "X2 takes the lock passed in-process (Line.Deliver): it no longer waits on the masters"},
+	{"key[i] = tok", "extend.lua: the key's TTL set again (Lock.Extend)"},
+	{"dl[c] = (start+2)", "Extend decided: the lease moves to the Extend's start + TTL - drift (Lock.extended)"},
+	{"extended = 1", "Lock.Extend begins its round"},
+	{"asked = 1", "the holder asks for Lock.Context (with the bug, a lock whose lease ran out is found open)"},
 }
 
 // Steps turns the output of `spin -t -p` into numbered steps in the code's
