@@ -128,7 +128,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	rep, err := checkServers(ctx, inv)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench check: %s\n", oneLine(err))
+		fmt.Fprintf(stderr, "redlock-bench check: %s%s\n", oneLine(err), newFlag(err))
 		if errors.Is(err, benchrun.ErrConfig) {
 			return exitUsage // e.g. the fence counter on a master
 		}

@@ -21,6 +21,7 @@ import (
 	"quorumlock.dev/cmd/redlock-bench/internal/drivers"
 	"quorumlock.dev/cmd/redlock-bench/internal/output"
 	"quorumlock.dev/cmd/redlock-bench/internal/plot"
+	"quorumlock.dev/redlock"
 )
 
 // Exit statuses of [run].
@@ -314,6 +315,22 @@ func nameFlags(fs *flag.FlagSet, msg string) string {
 		msg = re.ReplaceAllString(msg, "${1}-"+w.flag+"${2}")
 	}
 	return msg
+}
+
+// newFlag names the flag to fix for a configuration that redlock.New
+// refused (err wraps redlock.ErrInvalidArgument): the fence counter on a
+// master, or one master given twice. Other errors get nothing.
+func newFlag(err error) string {
+	msg := err.Error()
+	switch {
+	case !errors.Is(err, redlock.ErrInvalidArgument):
+		return ""
+	case strings.Contains(msg, "the fence counter is on master"):
+		return " (-fence-addr)"
+	case strings.Contains(msg, "are both") || strings.Contains(msg, "are the same client"):
+		return " (-addrs)"
+	}
+	return ""
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

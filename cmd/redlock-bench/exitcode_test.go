@@ -106,13 +106,13 @@ var configErrors = []struct {
 	{[]string{"check", "-addrs", "redis://[::1"}, "-addrs"},
 	{[]string{"check", "-addrs", "127.0.0.1:1", "-tls-ca", "/nonexistent/ca.pem"}, "-tls-ca"},
 	{[]string{"check", "-addrs", "127.0.0.1:1", "-password-env", "REDLOCK_BENCH_TEST_UNSET"}, "-password-env"},
-	{[]string{"check", "-addrs", "127.0.0.1:1", "-fence-addr", "127.0.0.1:1"}, "the fence counter is on master 0"},
+	{[]string{"check", "-addrs", "127.0.0.1:1", "-fence-addr", "127.0.0.1:1"}, "the fence counter is on master 0 (127.0.0.1:1); it needs a node of its own (-fence-addr)"},
 
 	{[]string{"inspect", "-addrs", "127.0.0.1:1"}, "-resource"},
 	{[]string{"inspect", "-resource", "r"}, "-addrs"},
 	{[]string{"inspect", "-addrs", "127.0.0.1:1", "-resource", "r", "-role", "x"}, "-role"},
 	{[]string{"inspect", "-addrs", "127.0.0.1:1", "-resource", "r", "-o", "xml"}, "-o"},
-	{[]string{"inspect", "-addrs", "127.0.0.1:1,127.0.0.1:1", "-resource", "r"}, "masters 0 and 1 are both 127.0.0.1:1"},
+	{[]string{"inspect", "-addrs", "127.0.0.1:1,127.0.0.1:1", "-resource", "r"}, "masters 0 and 1 are both 127.0.0.1:1 (-addrs)"},
 
 	{[]string{"release", "-addrs", "127.0.0.1:1", "-resource", "r"}, "-token"},
 	{[]string{"release", "-addrs", "127.0.0.1:1", "-resource", "r", "-token", "t", "-force"}, "-force"},

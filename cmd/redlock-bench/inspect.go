@@ -148,7 +148,7 @@ func runOps(name string, args []string, stderr io.Writer, fn func(*opsInvocation
 	}
 	client, done, err := opsClient(inv)
 	if err != nil {
-		fmt.Fprintf(stderr, "redlock-bench %s: %s\n", name, oneLine(err))
+		fmt.Fprintf(stderr, "redlock-bench %s: %s%s\n", name, oneLine(err), newFlag(err))
 		return exitUsage
 	}
 	defer done()
