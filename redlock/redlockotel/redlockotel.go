@@ -70,6 +70,7 @@ type hooks struct {
 	acquire   metric.Float64Histogram
 	hold      metric.Float64Histogram
 	extends   metric.Int64Counter
+	lost      metric.Int64Counter
 	waiters   metric.Int64UpDownCounter
 }
 
@@ -111,6 +112,10 @@ func Hooks(opts ...Option) (redlock.Hooks, error) {
 	}
 	if h.extends, err = meter.Int64Counter("quorumlock.lock.extensions", metric.WithUnit("{extension}"),
 		metric.WithDescription("Extend calls, the renewer's included, by outcome.")); err != nil {
+		return redlock.Hooks{}, err
+	}
+	if h.lost, err = meter.Int64Counter("quorumlock.lock.lost", metric.WithUnit("{lock}"),
+		metric.WithDescription("Locks that ended before Unlock, by how (lease_ran_out, extend_failed, no_progress, max_hold).")); err != nil {
 		return redlock.Hooks{}, err
 	}
 	if h.waiters, err = meter.Int64UpDownCounter("quorumlock.lock.waiters", metric.WithUnit("{call}"),
@@ -214,6 +219,9 @@ func (h *hooks) startHold(ctx context.Context, resource string) func(redlock.Eve
 	ctx, span := h.start(ctx, "quorumlock.hold", resource, trace.WithLinks(link))
 	return func(e redlock.Event) {
 		h.hold.Record(ctx, e.Took.Seconds(), metric.WithAttributes(keyOutcome.String(e.Outcome)))
+		if e.Outcome != "unlocked" {
+			h.lost.Add(ctx, 1, metric.WithAttributes(keyOutcome.String(e.Outcome)))
+		}
 		span.SetAttributes(keyOutcome.String(e.Outcome), keyRenewed.Bool(e.Renewed))
 		failed(span, e)
 		span.End()

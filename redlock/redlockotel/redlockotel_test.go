@@ -210,6 +210,7 @@ func TestContendedAcquisition(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"acquired": 2}, w.histogram(t, "quorumlock.lock.acquire.duration"))
 	assert.Equal(t, map[string]uint64{"unlocked": 2}, w.histogram(t, "quorumlock.lock.hold.duration"))
 	assert.Equal(t, map[string]int64{"extended": 1}, w.sum(t, "quorumlock.lock.extensions"))
+	assert.Empty(t, w.sum(t, "quorumlock.lock.lost"), "two locks unlocked, none lost")
 }
 
 // Two masters of three gone: the acquire span fails with
@@ -259,6 +260,7 @@ func TestLostLock(t *testing.T) {
 	resource, _ := attr(holds[0], "quorumlock.resource")
 	assert.Equal(t, "orders:44", resource.AsString(), "WithResourceNames")
 	assert.Equal(t, map[string]uint64{"lease_ran_out": 1}, w.histogram(t, "quorumlock.lock.hold.duration"))
+	assert.Equal(t, map[string]int64{"lease_ran_out": 1}, w.sum(t, "quorumlock.lock.lost"))
 }
 
 // Without options the hooks use the global providers.
