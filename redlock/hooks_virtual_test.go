@@ -47,6 +47,8 @@ func TestOutcomeWords(t *testing.T) {
 	} {
 		assert.Equal(t, tt.want, extendOutcome(tt.err), "%v", tt.err)
 	}
+	assert.Equal(t, "released", releaseOutcome(nil))
+	assert.Equal(t, "not_held", releaseOutcome(fmt.Errorf("%w: already unlocked", ErrLockNotHeld)))
 	for _, tt := range []struct {
 		cause error
 		want  string
@@ -111,6 +113,10 @@ func (h *hookLog) hooks() Hooks {
 			h.add("wait", ctx, nil)
 			return end("wait")
 		},
+		Release: func(ctx context.Context, resource string) func(Event) {
+			h.add("release", ctx, nil)
+			return end("release")
+		},
 	}
 }
 
@@ -173,10 +179,34 @@ func TestHooksCarryTheContext(t *testing.T) {
 		assert.Equal(t, []any{"caller"}, marks, "Extend is given the caller's context")
 		require.Len(t, extended, 1)
 		assert.Equal(t, "extended", extended[0].Outcome)
+		marks, releases := log.get("release")
+		assert.Equal(t, []any{"caller", "caller"}, marks, "Release is given the caller's context")
+		require.Len(t, releases, 2)
+		for _, r := range releases {
+			assert.Equal(t, "released", r.Outcome)
+		}
 		_, held := log.get("hold")
 		require.Len(t, held, 2)
 		assert.Equal(t, Event{Outcome: "unlocked", Took: time.Second}, held[0], "the holder's hold: a second, then Unlock")
 		assert.Equal(t, "unlocked", held[1].Outcome)
+	})
+}
+
+// An Unlock after the lease ran out tells the Release hook not_held.
+func TestReleaseHookNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		log := newHookLog()
+		c := virtualClient(t, masters, WithHooks(log.hooks()))
+		l, err := c.TryLock(context.Background(), "job", time.Second)
+		require.NoError(t, err)
+		time.Sleep(2 * time.Second)
+		err = l.Unlock(context.Background())
+		require.ErrorIs(t, err, ErrLockNotHeld)
+		_, releases := log.get("release")
+		require.Len(t, releases, 1)
+		assert.Equal(t, "not_held", releases[0].Outcome)
+		assert.ErrorIs(t, releases[0].Err, ErrLockNotHeld)
 	})
 }
 

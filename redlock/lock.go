@@ -264,11 +264,17 @@ func (l *Lock) endLocked(cause error) {
 // (docs/design.md, "Release and extend"). Errors: [ErrLockNotHeld] (too few held
 // our token, or the lock had ended or was released) or [ErrQuorumUnavailable],
 // joined with per-master errors. A renewer of [Lock.Renew] has stopped by then.
-func (l *Lock) Unlock(ctx context.Context) error {
+func (l *Lock) Unlock(ctx context.Context) (err error) {
 	if l == nil {
 		return errNilLock
 	}
-	err := l.unlock(ctx)
+	if release := l.c.cfg.hooks.Release; release != nil {
+		if done := release(ctx, l.resource); done != nil {
+			start := time.Now()
+			defer func() { done(Event{Outcome: releaseOutcome(err), Err: err, Took: time.Since(start)}) }()
+		}
+	}
+	err = l.unlock(ctx)
 	l.mu.Lock()
 	stopped := l.renewer
 	l.mu.Unlock()

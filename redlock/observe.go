@@ -66,6 +66,11 @@ type Hooks struct {
 	// done hears its end: Outcome (extended, not_held, quorum_unavailable,
 	// cancelled, error), Err and Took.
 	Extend func(ctx context.Context, resource string) (done func(Event))
+	// Release: an Unlock of the lock on resource begins; done hears its
+	// end: Outcome (released, not_held: the lock had ended or too few
+	// masters held it, quorum_unavailable, error), Err and Took. The
+	// renewer's own end of a lock is told to Hold, not here.
+	Release func(ctx context.Context, resource string) (done func(Event))
 	// MasterQuarantined and MasterRestored: the restart guard or the clock
 	// monitor stopped counting master addr's votes until about until (told
 	// again when until moves), or counts them again.
@@ -139,6 +144,14 @@ func extendOutcome(err error) string {
 		return "cancelled"
 	}
 	return "error"
+}
+
+// releaseOutcome is the word for how an Unlock ended.
+func releaseOutcome(err error) string {
+	if err == nil {
+		return "released"
+	}
+	return extendOutcome(err) // not_held, quorum_unavailable, cancelled, error
 }
 
 // holdOutcome is the word for why a held lock ended, from the cause of its

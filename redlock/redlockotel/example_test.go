@@ -72,5 +72,6 @@ func Example() {
 	// Output:
 	// quorumlock.acquire, child of "request"
 	// quorumlock.hold, child of "request", linked to "quorumlock.acquire"
+	// quorumlock.release, child of "request"
 	// request, child of ""
 }

@@ -130,6 +130,7 @@ func Hooks(opts ...Option) (redlock.Hooks, error) {
 		Wait:    h.startWait,
 		Hold:    h.startHold,
 		Extend:  h.startExtend,
+		Release: h.startRelease,
 	}, nil
 }
 
@@ -161,7 +162,7 @@ func (h *hooks) startAcquire(ctx context.Context, resource string) (context.Cont
 // others hold, or a caller that gave up, is none.
 func failed(span trace.Span, e redlock.Event) {
 	switch e.Outcome {
-	case "acquired", "not_acquired", "cancelled", "extended", "unlocked":
+	case "acquired", "not_acquired", "cancelled", "extended", "unlocked", "released":
 		return
 	}
 	if e.Err != nil {
@@ -232,6 +233,17 @@ func (h *hooks) startExtend(ctx context.Context, resource string) func(redlock.E
 	ctx, span := h.start(ctx, "quorumlock.extend", resource)
 	return func(e redlock.Event) {
 		h.extends.Add(ctx, 1, metric.WithAttributes(keyOutcome.String(e.Outcome)))
+		span.SetAttributes(keyOutcome.String(e.Outcome))
+		failed(span, e)
+		span.End()
+	}
+}
+
+// startRelease is a span for one Unlock, a child of the caller's span:
+// its outcome; not_held (the lock had ended before Unlock) fails it.
+func (h *hooks) startRelease(ctx context.Context, resource string) func(redlock.Event) {
+	_, span := h.start(ctx, "quorumlock.release", resource)
+	return func(e redlock.Event) {
 		span.SetAttributes(keyOutcome.String(e.Outcome))
 		failed(span, e)
 		span.End()

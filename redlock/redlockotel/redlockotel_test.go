@@ -203,6 +203,13 @@ func TestContendedAcquisition(t *testing.T) {
 			t.Errorf("hold linked to %v, no acquisition", link)
 		}
 	}
+	releases := w.ended("quorumlock.release")
+	require.Len(t, releases, 2, "a release span per Unlock")
+	for _, r := range releases {
+		outcome, _ := attr(r, "quorumlock.outcome")
+		assert.Equal(t, "released", outcome.AsString())
+		assert.NotEqual(t, codes.Error, r.Status().Code)
+	}
 	extends := w.ended("quorumlock.extend")
 	require.Len(t, extends, 1)
 	assert.Equal(t, holderSpan.SpanContext().SpanID(), extends[0].Parent().SpanID())
