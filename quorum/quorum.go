@@ -40,6 +40,7 @@ type Round struct {
 	nodes    []node
 	small    [5]node         // nodes of a round of at most 5
 	deadline time.Time       // start + timeout
+	pool     *Pool           // runs the calls and undos
 	calls    context.Context // the calls' context: done at the deadline or once every call returned
 	cancel   context.CancelFunc
 
@@ -158,6 +159,7 @@ type Group struct {
 	Nodes   int           // nodes 0..Nodes-1
 	Need    int           // agreements that decide the round
 	Timeout time.Duration // the round's bound
+	Pool    *Pool         // runs the calls and undos (nil: a goroutine each)
 }
 
 // Do runs call on the group's nodes concurrently and returns when one of
@@ -172,7 +174,7 @@ type Group struct {
 func (g Group) Do(ctx context.Context, call Call) *Round {
 	n, need, timeout := g.Nodes, g.Need, g.Timeout
 	waitAll := need <= 0 || need > n
-	r := &Round{deadline: time.Now().Add(timeout)}
+	r := &Round{deadline: time.Now().Add(timeout), pool: g.Pool}
 	if n <= len(r.small) {
 		r.nodes = r.small[:n] // one allocation for the usual round
 	} else {
@@ -185,7 +187,7 @@ func (g Group) Do(ctx context.Context, call Call) *Round {
 	r.calls, r.cancel = context.WithDeadlineCause(ctx, r.deadline, ErrTimeout)
 	results := make(chan result, n)
 	for i := 0; i < n; i++ {
-		go r.run(i, call, results)
+		r.pool.start(task{r: r, node: i, call: call, results: results})
 	}
 
 	var ctxErr error
@@ -412,7 +414,7 @@ func (r *Round) UndoUntil(ctx context.Context, timeout time.Duration, undo func(
 	r.waited = r.sharing
 	for i := range r.nodes {
 		if r.nodes[i].returned {
-			go r.runUndo(r.undoCtx, undo, i, true)
+			r.pool.start(task{r: r, node: i, ctx: r.undoCtx, undo: undo, waited: true})
 		}
 	}
 	r.mu.Unlock()

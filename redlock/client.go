@@ -28,6 +28,8 @@ const maxResourceLen = names.MaxResource
 
 // Client takes locks on a fixed set of masters; it is safe for concurrent use.
 // Its goroutines: from New, one per master for its first call (at most 1 s);
+// the calls to the masters, each on a goroutine of a pool of which at most
+// 4 per master wait between calls;
 // with [WithRestartGuard] or [WithClockMonitor], one watcher and at most one
 // sample per master; from the first Lock that waits, two per master that can
 // subscribe; at most one per master while releases that got no reply are
@@ -85,8 +87,9 @@ func New(masters []driver.Conn, opts ...Option) (*Client, error) {
 		epoch:     time.Now(),
 		clock:     systemClock{},
 		quorum:    quorum.Majority(len(masters)),
-		group:     quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout},
-		cfg:       cfg,
+		group: quorum.Group{Nodes: len(masters), Need: quorum.Majority(len(masters)), Timeout: cfg.nodeTimeout,
+			Pool: quorum.NewPool(idlePerMaster * len(masters))},
+		cfg: cfg,
 	}
 	tag := fmt.Sprintf("%08x", wait.RandUint32(c.stream()))
 	wall := wallMicros
@@ -191,9 +194,9 @@ func same(a, b any) (eq bool) {
 	return a == b
 }
 
-// Close stops the client's subscriptions, watcher and the background retries
-// of releases that got no reply (a key they had not reached expires by
-// itself), and wakes its waiting Lock calls, which poll at the retry delay
+// Close stops the client's subscriptions, watcher, the goroutines waiting
+// for calls, and the background retries of releases that got no reply (a
+// key they had not reached expires by itself), and wakes its waiting Lock calls, which poll at the retry delay
 // from then on; the client still locks, counting every master's vote. It
 // returns nil once those goroutines ended, or after one node timeout (a call
 // stuck on a hung master ends in the background; docs/design.md, "Waiting for
@@ -204,8 +207,14 @@ func (c *Client) Close() error {
 	c.push.Close(by)
 	c.retries.Close(by)
 	c.stopWarmup()
+	c.group.Pool.Close()
 	return nil
 }
+
+// idlePerMaster bounds the goroutines per master that the client's pool
+// keeps waiting for the next call (quorum.Pool): enough for a few calls in
+// flight at once without a new goroutine each.
+const idlePerMaster = 4
 
 // TryLock makes one attempt to lock resource for ttl and returns once a
 // majority of masters agreed or became impossible, each call bounded by the

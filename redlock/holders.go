@@ -40,7 +40,7 @@ func readEach[T any](c *Client, ctx context.Context, read func(ctx context.Conte
 	var mu sync.Mutex // the calls that time out write after Do returned
 	out := make([]T, n)
 	over := false
-	round := quorum.Group{Nodes: n, Timeout: c.cfg.nodeTimeout}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	round := quorum.Group{Nodes: n, Timeout: c.cfg.nodeTimeout, Pool: c.group.Pool}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		v, ok, err := read(ctx, i)
 		if ok && err == nil {
 			mu.Lock()
