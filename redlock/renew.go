@@ -100,25 +100,35 @@ func (l *Lock) renew(r renewal, done <-chan struct{}, seen uint64, stopped chan 
 		case now.Add(r.lease).After(r.until):
 			reason = ErrMaxHold
 		default:
-			reported := false
-			err := l.extend(context.Background(), r.ttl, func(err error) {
-				reported = true
-				l.report(err)
-			})
-			switch {
-			case err == nil:
-				l.c.cfg.logger.Debug("redlock: renewed", "resource", l.resource, "ttl", r.ttl)
-				seen = p
-				continue
-			case !reported && !l.isUnlocked():
-				// Ended by its lease before this extension: late, but a failure.
-				l.report(err)
+			if !l.renewOnce(r) {
+				return // the failed Extend ended the lock and released its keys
 			}
-			return // the failed Extend ended the lock and released its keys
+			seen = p
+			continue
 		}
 		l.stopRenewing(reason)
 		return
 	}
+}
+
+// renewOnce extends the lock by r.ttl for the renewer. false: the Extend
+// failed, which ended the lock and released its keys, and the failure was
+// reported.
+func (l *Lock) renewOnce(r renewal) bool {
+	reported := false
+	err := l.extend(context.Background(), r.ttl, func(err error) {
+		reported = true
+		l.report(err)
+	})
+	switch {
+	case err == nil:
+		l.c.cfg.logger.Debug("redlock: renewed", "resource", l.resource, "ttl", r.ttl)
+		return true
+	case !reported && !l.isUnlocked():
+		// Ended by its lease before this extension: late, but a failure.
+		l.report(err)
+	}
+	return false
 }
 
 // stopRenewing ends a renewed lock for reason (no progress, or its maximum
