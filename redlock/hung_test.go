@@ -125,8 +125,8 @@ func runHungLoad(tb testing.TB, hung, workers int, d time.Duration) hungLoad {
 // TestHungMastersBounded: two of five masters stopped, sixteen goroutines
 // locking and unlocking for 1.5 s. What the hung masters hold is capped:
 // one second after the load, the goroutines left are those stuck in reads
-// of the two hung servers' pooled connections (at most a pool each) and a
-// few more, whatever the attempt rate. Every attempt still wins, on the
+// of the two hung servers' pooled connections (at most a pool each), the
+// client's idle call goroutines and a few more, whatever the attempt rate. Every attempt still wins, on the
 // three healthy masters.
 func TestHungMastersBounded(t *testing.T) {
 	if testing.Short() {
@@ -139,7 +139,9 @@ func TestHungMastersBounded(t *testing.T) {
 	// Three healthy masters of five grant the locks; a few attempts may miss
 	// the node timeout on a loaded machine (the race detector's slowdown).
 	assert.GreaterOrEqual(t, r.acquired, r.attempts*95/100, "attempts that won")
-	assert.LessOrEqual(t, r.after-r.baseline, 2*r.poolSize+16, "goroutines left behind the hung masters")
+	// Beside them wait the client's idle call goroutines (quorum.Pool, at
+	// most idlePerMaster per master), a number that no load raises.
+	assert.LessOrEqual(t, r.after-r.baseline, 2*r.poolSize+16+idlePerMaster*5, "goroutines left behind the hung masters")
 	// The peak adds, per hung master, the calls of one node timeout and
 	// their releases (each gone within the node timeout) while the breaker
 	// has not taken it out: proportional to the attempt rate, not to the
