@@ -275,6 +275,36 @@ func (s *subscriber) pause(d time.Duration) bool {
 	}
 }
 
+// nextBatch is what the writer sends next, at now: the channels to
+// subscribe (given the batch seq) and those that lingered long enough to
+// unsubscribe, whether a PING must follow, and when the first channel
+// left to linger ends (zero: none).
+func (s *subscriber) nextBatch(now time.Time) (sub, unsub []string, next time.Time, ping bool, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ch := range s.chans {
+		switch {
+		case len(ch.waiters) == 0 && !now.Before(ch.idle.Add(linger)):
+			unsub = append(unsub, name)
+			delete(s.chans, name)
+		case len(ch.waiters) == 0:
+			if end := ch.idle.Add(linger); next.IsZero() || end.Before(next) {
+				next = end
+			}
+		case ch.batch == 0:
+			sub = append(sub, name)
+		}
+	}
+	ping = s.needPing || len(sub) > 0
+	s.needPing = false
+	s.seq++
+	seq = s.seq
+	for _, name := range sub {
+		s.chans[name].batch = seq
+	}
+	return sub, unsub, next, ping, seq
+}
+
 func (s *subscriber) write(ctx context.Context, h *Hub, i int) {
 	failures := 0
 	timer := time.NewTimer(linger)
@@ -287,34 +317,11 @@ func (s *subscriber) write(ctx context.Context, h *Hub, i int) {
 		case <-s.kick:
 		case <-timer.C:
 		}
-		var sub, unsub []string
-		var next time.Time // the end of the first channel left to linger
 		now := time.Now()
-		s.mu.Lock()
-		for name, ch := range s.chans {
-			switch {
-			case len(ch.waiters) == 0 && !now.Before(ch.idle.Add(linger)):
-				unsub = append(unsub, name)
-				delete(s.chans, name)
-			case len(ch.waiters) == 0:
-				if end := ch.idle.Add(linger); next.IsZero() || end.Before(next) {
-					next = end
-				}
-			case ch.batch == 0:
-				sub = append(sub, name)
-			}
-		}
+		sub, unsub, next, ping, seq := s.nextBatch(now)
 		if !next.IsZero() {
 			timer.Reset(next.Sub(now))
 		}
-		ping := s.needPing || len(sub) > 0
-		s.needPing = false
-		s.seq++
-		seq := s.seq
-		for _, name := range sub {
-			s.chans[name].batch = seq
-		}
-		s.mu.Unlock()
 
 		// Redis runs a connection's commands in order, so the PING's reply
 		// says that every command before it has taken effect.
