@@ -417,7 +417,7 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 			return
 		}
 		if err != nil {
-			if !extend && c.neverSent(i, err) {
+			if !extend && (c.neverSent(i, err) || bugs.TimedOutKeysKept) {
 				// Nothing reached this master, so there is nothing to take back.
 				out[i].state.Store(releasedNotOurs)
 				return

@@ -9,13 +9,16 @@ package bugs
 
 // The bugs; see bugs_sim.go for what each does.
 const (
-	DriftAdded          = false
-	LeaseFromRoundEnd   = false
-	CounterWithoutFloor = false
-	DoneLateAfterLease  = false
-	CleanupOnCallerCtx  = false
-	MonotonicLeaseOnly  = false
-	ExtendKeepsKeys     = false
-	ExtendOutcomeOnDone = false
-	NoReleaseRetry      = false
+	DriftAdded              = false
+	LeaseFromRoundEnd       = false
+	CounterWithoutFloor     = false
+	DoneLateAfterLease      = false
+	CleanupOnCallerCtx      = false
+	MonotonicLeaseOnly      = false
+	ExtendKeepsKeys         = false
+	ExtendOutcomeOnDone     = false
+	NoReleaseRetry          = false
+	FenceThroughDouble      = false
+	TimedOutKeysKept        = false
+	WrongTypeAtProbeRefuses = false
 )

@@ -38,4 +38,18 @@ var (
 	// NoReleaseRetry: a release that got no reply is not tried again, and
 	// the key of a lost attempt is left to expire (the crowd defect).
 	NoReleaseRetry bool
+	// FenceThroughDouble: the counter's fence reaches the caller through a
+	// double (as a Lua number would): above 2^53 two mints in a row can
+	// return one fence, and two holders share it.
+	FenceThroughDouble bool
+	// TimedOutKeysKept: the release of a lost attempt skips a master whose
+	// acquiring call timed out, as if the call had never been sent: the key
+	// it set there (applied late, in a latency spike) is left for its TTL
+	// (the keys of lost attempts left behind after a burst).
+	TimedOutKeysKept bool
+	// WrongTypeAtProbeRefuses: a plain waiter's probe master that finds a
+	// key of another type counts as a refusal, so the other masters are
+	// not asked: the wrong type is seen by one master only, no majority of
+	// it is ever counted, and a waiting Lock never stops (ErrWrongType).
+	WrongTypeAtProbeRefuses bool
 )

@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	// The wait policies and what they agree on with the core: none of
 	// them knows redlock, or another policy.
 	"redlock/internal/wait":  {"driver", "quorum", "redlock/internal/push"},
-	"redlock/internal/plain": {"driver", "quorum", "redlock/internal/push", "redlock/internal/wait"},
+	"redlock/internal/plain": {"driver", "internal/bugs", "quorum", "redlock/internal/push", "redlock/internal/wait"},
 	"redlock/internal/fair":  {"driver", "fence", "internal/bugs", "quorum", "redlock/internal/push", "redlock/internal/wait"},
 	"redlock":                {"driver", "fence", "clockdrift", "internal/nilcheck", "quorum", "redlock/check", "redlock/internal/push", "redlock/internal/fair", "redlock/internal/watch", "redlock/internal/retry", "redlock/internal/node", "redlock/internal/wait", "redlock/internal/plain", "internal/boottime", "internal/bugs", "internal/names", "internal/seam"},
 	"redlock/redlockprom":    {"redlock", "redlock/check"},

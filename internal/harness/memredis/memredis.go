@@ -44,6 +44,7 @@ type Server struct {
 	keys    map[string]*entry
 	subs    map[*subscription]struct{}
 	lua     *lua.LState
+	fns     map[*lua.FunctionProto]*lua.LFunction // each script's function in lua, made once
 	runID   int64
 	started time.Time
 	offset  time.Duration // the server clock's step from time.Now
@@ -357,7 +358,7 @@ func (c conn) Eval(ctx context.Context, script *driver.Script, keys []string, ar
 	defer s.mu.Unlock()
 	name, _, _ := strings.Cut(strings.TrimSpace(script.Source()), "\n")
 	s.calls[name]++
-	return s.run(script.Source(), keys, args)
+	return s.run(script.Hash(), script.Source(), keys, args)
 }
 
 func (c conn) Info(ctx context.Context, section string) (string, error) {
@@ -401,17 +402,27 @@ func (c conn) Describe() driver.Description {
 	return driver.Description{Client: c.s, Name: c.s.addr, NeverRetries: true}
 }
 
-// run runs a script's source; s.mu is held.
-func (s *Server) run(src string, keys []string, args []any) (any, error) {
+// run runs a script's source, of SHA1 sha; s.mu is held.
+func (s *Server) run(sha, src string, keys []string, args []any) (any, error) {
 	if s.lua == nil {
 		s.lua = newLua(s)
 	}
 	L := s.lua
-	proto, err := compiled(src)
+	proto, err := compiled(sha, src)
 	if err != nil {
 		return nil, &driver.ReplyError{Msg: "ERR Error compiling script: " + err.Error()}
 	}
-	fn := L.NewFunctionFromProto(proto)
+	// A script's main chunk as a function of this state, made once: a
+	// closure without upvalues over the state's globals, called anew each
+	// time (KEYS and ARGV are set before each call).
+	fn := s.fns[proto]
+	if fn == nil {
+		if s.fns == nil {
+			s.fns = make(map[*lua.FunctionProto]*lua.LFunction)
+		}
+		fn = L.NewFunctionFromProto(proto)
+		s.fns[proto] = fn
+	}
 	// Tables sized to what they hold: NewTable's room for 32 of each kind
 	// was a tenth of the simulator's time.
 	kt, at := L.CreateTable(len(keys), 0), L.CreateTable(len(args), 0)
@@ -441,13 +452,15 @@ func (s *Server) run(src string, keys []string, args []any) (any, error) {
 	return fromLua(ret)
 }
 
-// protos are the scripts compiled so far, by source: a compiled script is
+// protos are the scripts compiled so far, by SHA1: a compiled script is
 // immutable and serves every server (Redis caches by SHA the same way).
+// Keyed by the source, each lookup hashed the whole script (a few KB).
 var protos sync.Map // string -> *lua.FunctionProto
 
-// compiled returns src compiled, from the cache when it was seen before.
-func compiled(src string) (*lua.FunctionProto, error) {
-	if p, ok := protos.Load(src); ok {
+// compiled returns src, of SHA1 sha, compiled, from the cache when it was
+// seen before.
+func compiled(sha, src string) (*lua.FunctionProto, error) {
+	if p, ok := protos.Load(sha); ok {
 		return p.(*lua.FunctionProto), nil
 	}
 	chunk, err := parse.Parse(strings.NewReader(src), "script")
@@ -458,7 +471,7 @@ func compiled(src string) (*lua.FunctionProto, error) {
 	if err != nil {
 		return nil, err
 	}
-	protos.Store(src, p)
+	protos.Store(sha, p)
 	return p, nil
 }
 

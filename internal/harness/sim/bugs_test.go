@@ -35,6 +35,9 @@ func TestSimFindsBugs(t *testing.T) {
 		{"a failed Extend that releases nothing (redsync #151)", &bugs.ExtendKeepsKeys, "Extend failed on", DefaultConfig},
 		{"Extend's outcome depending on whether Done was asked for", &bugs.ExtendOutcomeOnDone, "after the lease it extended had run out", DefaultConfig},
 		{"a release that got no reply not tried again (a crowd in a latency spike)", &bugs.NoReleaseRetry, "still kept its key", CrowdConfig},
+		{"a fence returned through a double (two holders given one fence above 2^53)", &bugs.FenceThroughDouble, "handed out twice", DefaultConfig},
+		{"keys of a lost attempt not released where its call timed out (a burst in a latency spike)", &bugs.TimedOutKeysKept, "still kept its key", CrowdConfig},
+		{"wrong type seen by the probe master only (a waiting Lock that never stops)", &bugs.WrongTypeAtProbeRefuses, "had another type on every master", DefaultConfig},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			*b.switch_ = true

@@ -146,6 +146,7 @@ func (r *run) check() {
 		}
 	}
 
+	r.checkWrongType()
 	if len(r.s.Bursts) > 0 {
 		r.checkHandover(byRes)
 		r.checkTryBursts()
@@ -166,6 +167,21 @@ func (r *run) check() {
 		} else if !ok || w.fence >= t.fence {
 			r.violation("the guard refused a current write to %s: fence %d at %v (newest admitted %d)",
 				w.key, w.fence, r.at(w.at), t.fence)
+		}
+	}
+	// A leader's write that landed after its term had ended (sent in the
+	// term, in flight past it): the guard must refuse it once a later
+	// term's write was admitted (the stale-write row above checks that);
+	// counted, to show it happens.
+	for _, w := range r.res.Writes {
+		if w.key != "data:relay" {
+			continue
+		}
+		if t, ok := fences[w.fence]; ok && !t.end.IsZero() && w.at.After(t.end) {
+			r.hit("a leader's write landed after its term")
+			if !w.admitted {
+				r.hit("a leader's in-flight write refused after its term")
+			}
 		}
 	}
 	for key, t := range top {
@@ -345,4 +361,45 @@ func without(a, b []stretch) []stretch {
 		}
 	}
 	return out
+}
+
+// wrongTypeBoundFor is how long a Lock may go on waiting for a resource
+// whose key has another type on every master, while every master answers
+// its client, for locks of ttl. Writing a key of another type sends no
+// message: a waiter asleep until the key it saw expires (up to a TTL) or
+// until the fair queue's reservation lapses (up to an entry TTL) wakes
+// then; its next attempt's round and the release that follows it, which
+// read the key's type, take two node timeouts more. Four, with room.
+func wrongTypeBoundFor(ttl time.Duration) time.Duration {
+	return max(ttl, fairEntryTTL) + 4*nodeTimeout
+}
+
+// checkWrongType: a Lock waiting for a resource whose lock key has another
+// type on every master stops (ErrWrongType) within wrongTypeBoundFor, when
+// every master answers its client then: it does not wait on a key that no
+// release will ever free, whichever master its attempts ask first.
+func (r *run) checkWrongType() {
+	for _, ws := range r.wrongs {
+		for _, w := range r.res.Waits {
+			if w.resource != ws.resource {
+				continue
+			}
+			from := w.began
+			if ws.from.After(from) {
+				from = ws.from
+			}
+			to := from.Add(wrongTypeBoundFor(r.s.Config.TTL))
+			if !w.ended.After(to) || ws.to.Before(to) {
+				continue
+			}
+			up := true
+			for i := range r.w.Masters {
+				up = up && r.answers(w.client, i, from.Add(-outMemory), to)
+			}
+			if up {
+				r.violation("c%d.%d's Lock of %s went on waiting from %v to %v though its key had another type on every master from %v to %v",
+					w.client, w.worker, w.resource, r.at(w.began), r.at(w.ended), r.at(ws.from), r.at(ws.to))
+			}
+		}
+	}
 }

@@ -18,6 +18,11 @@ import (
 
 var replaysFlag = flag.Int("sim.replays", 0, "TestSimReplays: replays of each seed (0: its default)")
 
+// procsFlag is TestSimReplays' GOMAXPROCS: two, as the long runs use
+// (docs/simulation.md, "Determinism": seeds 1 to 60 gave one trace each in
+// 10 replays on two Ps, with the machine's cores busy, 2026-12-06).
+var procsFlag = flag.Int("sim.procs", 2, "TestSimReplays: GOMAXPROCS while replaying")
+
 // TestSimReplays: a seed replays its trace. Every replay of a seed must
 // give the same trace hash, whatever order the scheduler runs the
 // goroutines of one virtual instant in.
@@ -36,12 +41,12 @@ func TestSimReplays(t *testing.T) {
 	if *replaysFlag > 0 {
 		n = *replaysFlag
 	}
-	// One P: the goroutines of one virtual instant then run in the order
-	// the scheduler queued them, which the seed decides. With two, they
-	// run side by side, and on a loaded machine (CI's spinning core) one
-	// seed in three gave two traces in 30 replays; with one, none of
-	// those did (docs/simulation.md, "Determinism").
-	procs := runtime.GOMAXPROCS(1)
+	// Two Ps (-sim.procs). Before the breaker's shared probe and the
+	// seeded waits, the goroutines of one virtual instant ran side by side
+	// on two, and on a loaded machine one seed in three gave two traces in
+	// 30 replays, so this test ran on one P; on today's code seeds 1 to 60
+	// give one trace each on two (docs/simulation.md, "Determinism").
+	procs := runtime.GOMAXPROCS(*procsFlag)
 	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

@@ -76,6 +76,12 @@ type Result struct {
 	Trace      []string
 	Simulated  time.Duration // virtual time from start to end
 	Calls      int64         // calls that reached the masters and the counter
+	// TwinStale is how many writes the unfenced twin store accepted with a
+	// fence below one it had applied before to the same key: the writes
+	// the guard refused, shown to happen.
+	TwinStale int
+	// Paths counts the named rare paths the schedule reached (coverage).
+	Paths map[string]int
 }
 
 // TraceHash is a hash of the trace (virtual times and outcomes; no token).
@@ -104,6 +110,8 @@ type run struct {
 	frozen  []span          // client pauses as they were taken (a worker takes one when it reaches it)
 	trace   []event
 	clocks  []*clientClock // by client
+	wrongs  []wrongSpan    // the wrong-type faults that reached every master
+	paths   sync.Map       // path -> *atomic.Int64: the rare paths reached (hit)
 }
 
 // clientClock is a client's clocks: the bubble's, but for the suspends of
@@ -190,10 +198,20 @@ func Run(s Schedule) Result {
 	r := &run{s: s, w: NewWorld(cfg.Masters), start: time.Now(), pauses: make(map[int][]fault), won: make(map[string]bool), held: make(map[string]int)}
 	r.w.Latency = s.Latency
 	r.w.Seed = s.Seed
+	r.w.Hit = r.hit
+	r.w.Frozen = func(client int, from, to time.Time, what string) {
+		r.event("c%d paused for %v: %s", client, to.Sub(from), what)
+		r.mu.Lock()
+		r.frozen = append(r.frozen, span{client: client, from: from, to: to})
+		r.mu.Unlock()
+	}
 	if s.Wire {
 		r.w.Wire = r.event
 	}
 	r.res.Schedule = s
+	if s.FarFences {
+		r.w.Counter.StepClock(farFenceStep)
+	}
 	logger := slog.New(slog.DiscardHandler)
 	clients := make([]*redlock.Client, cfg.Clients)
 	links := make([][]driver.Conn, cfg.Clients)
@@ -267,8 +285,19 @@ func Run(s Schedule) Result {
 	time.Sleep(cfg.TTL + 2*nodeTimeout)
 	r.w.Close()
 	r.res.Calls = atomic.LoadInt64(&r.w.calls)
-	r.res.Writes = r.w.writes
+	r.w.mu.Lock()
+	r.res.Writes = slices.Clone(r.w.writes)
+	r.res.TwinStale = staleOnTwin(r.w.twin)
+	r.w.mu.Unlock()
+	if r.res.TwinStale > 0 {
+		r.hit("stale write on the unfenced twin")
+	}
 	r.check()
+	r.res.Paths = make(map[string]int)
+	r.paths.Range(func(k, v any) bool {
+		r.res.Paths[k.(string)] = int(v.(*atomic.Int64).Load())
+		return true
+	})
 	r.res.Trace = r.traced()
 	return r.res
 }
@@ -308,6 +337,16 @@ func (r *run) violation(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.res.Violations = append(r.res.Violations, fmt.Sprintf(format, args...))
+}
+
+// hit counts a named rare path the schedule reached, without a lock (see
+// link: the calls of one instant must not contend).
+func (r *run) hit(path string) {
+	n, ok := r.paths.Load(path)
+	if !ok {
+		n, _ = r.paths.LoadOrStore(path, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(1)
 }
 
 func (r *run) event(format string, args ...any) {
@@ -466,8 +505,77 @@ func (r *run) apply(f fault) (heal func()) {
 	case counterDown:
 		w.Counter.Fail(memredis.ErrDown)
 		return func() { w.Counter.Fail(nil) }
+	case storeDelayed, storeLostAsk, storeLostReply:
+		w.Cut(f.client, storeNode, cut{delay: f.delay, dropAsk: f.kind == storeLostAsk, dropReply: f.kind == storeLostReply})
+		return func() { w.Cut(f.client, storeNode, cut{}) }
+	case storePaused:
+		w.PauseStore()
+		return func() { w.ResumeStore() }
+	case mintLostReply:
+		w.Cut(f.client, counterNode, cut{dropReply: true})
+		return func() { w.Cut(f.client, counterNode, cut{}) }
+	case roundPause, handoffPause:
+		w.Arm(f.client, f.kind, f.lasts)
+	case wrongType:
+		return r.wrongKeys(fmt.Sprintf("lock:job:%d", f.master))
 	}
 	return nil
+}
+
+// Scripts of the wrong-type fault: a hash written where the lock key is
+// (when no lock holds it), and taken away again.
+var (
+	setWrongType   = driver.NewScript("if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'wrong', 'type') return 1 end return 0")
+	unsetWrongType = driver.NewScript("local ok, v = pcall(redis.call, 'HGET', KEYS[1], 'wrong') if ok and v == 'type' then redis.call('DEL', KEYS[1]) end return 1")
+)
+
+// wrongKeys writes a hash at key on every master, each once no lock holds
+// it there (tried every 5 ms), and returns what takes them away. Once every
+// master has one, the stretch until the heal is recorded: a Lock waiting
+// for the resource then must stop with ErrWrongType (checkWrongType).
+func (r *run) wrongKeys(key string) (heal func()) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var last time.Time
+	set := 0
+	for _, m := range r.w.Masters {
+		wg.Go(func() {
+			for {
+				if v, err := m.Conn().Eval(context.Background(), setWrongType, []string{key}); err == nil && v == int64(1) {
+					mu.Lock()
+					set++
+					last = time.Now()
+					mu.Unlock()
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		})
+	}
+	return func() {
+		close(stop)
+		wg.Wait()
+		if set == len(r.w.Masters) && last.Before(time.Now()) {
+			r.mu.Lock()
+			r.wrongs = append(r.wrongs, wrongSpan{resource: strings.TrimPrefix(key, "lock:"), from: last, to: time.Now()})
+			r.mu.Unlock()
+			r.hit("wrong-type: a lock key of another type on every master")
+		}
+		for _, m := range r.w.Masters {
+			_, _ = m.Conn().Eval(context.Background(), unsetWrongType, []string{key})
+		}
+	}
+}
+
+// wrongSpan is when every master held a key of another type for resource.
+type wrongSpan struct {
+	resource string
+	from, to time.Time
 }
 
 // takePause returns a pause or suspend of client's that has begun, if any.
@@ -532,8 +640,12 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		case mode < 2:
 			op = "TryLock"
 			l, err = c.TryLock(ctx, res, cfg.TTL)
-			if took, rounds := time.Since(began), att.rounds(); took > tryLockBound(rounds) {
+			took, rounds := time.Since(began), att.rounds()
+			if took > tryLockBound(rounds) && !r.pausedIn(client, began, time.Now()) {
 				r.violation("client %d: TryLock took %v in %d rounds, beyond the bound %v (node timeout %v, fence timeout %v)", client, took, rounds, tryLockBound(rounds), nodeTimeout, fence.DefaultTimeout)
+			}
+			if rounds > 1 {
+				r.hit("split vote: a TryLock retried its round")
 			}
 		case mode < 3 && len(resources) > 1:
 			op = "LockAll"
@@ -567,6 +679,11 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		r.mu.Lock()
 		r.res.Attempts++
 		r.mu.Unlock()
+		if ctx.Err() == nil {
+			// A caller whose deadline ended the round has no quorum's
+			// answer to expect.
+			r.noFalseOutage(client, k, op, began, err)
+		}
 		if err != nil {
 			cancel()
 			r.event("c%d.%d %s %s: %v", client, k, op, res, kindOf(err))
@@ -595,6 +712,53 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 func tryLockBound(rounds int) time.Duration {
 	rounds = max(rounds, 1)
 	return time.Duration(rounds)*(3*nodeTimeout+nodeTimeout/4) + time.Duration(rounds-1)*nodeTimeout + fence.DefaultTimeout + time.Millisecond
+}
+
+// outMemory is how far back a master's silence may keep the client's
+// breaker out: the probe that closes it goes out at most a node timeout
+// after the last, and takes up to one; with room.
+const outMemory = 6 * nodeTimeout
+
+// noFalseOutage checks that op of client's worker k, begun at began, did
+// not end in ErrQuorumUnavailable while a majority of the masters answered
+// the client throughout: a quorum was there to vote (a hung probe master
+// must not fail the round: its wait is a quarter of the node timeout).
+func (r *run) noFalseOutage(client, k int, op string, began time.Time, err error) {
+	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
+		return
+	}
+	// A master that did not answer shortly before may still be out for
+	// the client's breaker (redlock/internal/node: out until a probe,
+	// at most one per node timeout, gets a reply): counted as down.
+	var up []int
+	for i := range r.w.Masters {
+		if r.answers(client, i, began.Add(-outMemory), time.Now()) {
+			up = append(up, i)
+		}
+	}
+	if len(up) > len(r.w.Masters)/2 {
+		r.violation("c%d.%d: %s from %v to %v failed with a false outage (%v) while masters %v answered throughout",
+			client, k, op, r.at(began), r.at(time.Now()), err, up)
+	}
+}
+
+// storeCut reports whether err is the timeout of client's write sent at
+// since on a store link the schedule cuts (store-delayed, -lost-ask,
+// -lost-reply, -paused), or in a pause of client's process since: the
+// writer gave up on it, and it may land later or never.
+func (r *run) storeCut(err error, client int, since time.Time) bool {
+	if !errors.Is(err, errTimeout) {
+		return false
+	}
+	return r.pausedIn(client, since, time.Now()) || slices.ContainsFunc(r.s.Faults, func(f fault) bool {
+		return f.kind >= storeDelayed && f.kind <= storePaused
+	})
+}
+
+// pausedIn reports whether client's process was stopped by a pause the
+// world took (round-pause, handoff-pause) between a and b.
+func (r *run) pausedIn(client int, a, b time.Time) bool {
+	return !r.undisturbed(a, b, func(c int) bool { return c == client }, func(fault) bool { return false })
 }
 
 // nap sleeps d in client's code: in a suspend of its machine, until it
@@ -821,12 +985,13 @@ func (r *run) candidate(e *leadership.Election, client, terms int) {
 		stuck := rng.IntN(3) == 0 // stops showing progress: the term must end by itself
 		for range 1 + rng.IntN(5) {
 			r.nap(client, time.Duration(rng.IntN(int(cfg.TTL/time.Millisecond)/3+1))*time.Millisecond)
+			sent := time.Now()
 			wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
 			err := r.w.guarded(wctx, client, "data:relay", tm.fence, func(ctx context.Context, store driver.Conn) error {
 				return r.guard.Set(ctx, store, "data:relay", fmt.Sprintf("c%d", client), tm.fence, 0)
 			})
 			wcancel()
-			if err != nil && !errors.Is(err, fence.ErrFenceRejected) {
+			if err != nil && !errors.Is(err, fence.ErrFenceRejected) && !r.storeCut(err, client, sent) {
 				r.violation("c%d: the store failed a leader's write: %v", client, err)
 			}
 			if !stuck {
@@ -882,7 +1047,11 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 			}
 		}
 		before := clk.world(l.Until())
-		if err := l.Extend(ctx, cfg.TTL); err == nil {
+		err := l.Extend(ctx, cfg.TTL)
+		if err != nil && time.Now().After(before) {
+			r.hit("late Extend: its round ended after the lease")
+		}
+		if err == nil {
 			if time.Now().After(before) {
 				r.violation("c%d.%d: Extend succeeded at %v, after the lease it extended had run out at %v",
 					client, k, r.at(time.Now()), r.at(before))
@@ -979,13 +1148,27 @@ func (r *run) took(l *redlock.Lock, client, k int) (holding, time.Time) {
 	r.won[l.Token()] = true
 	r.held[l.Token()]++
 	r.mu.Unlock()
+	r.handedLive(h)
 	h.fences, h.fenced = l.Fences()
+	if slices.ContainsFunc(h.fences, func(f uint64) bool { return f > 1<<53 }) {
+		r.hit("a fence above 2^53")
+	}
 	if !h.fenced {
 		r.violation("c%d.%d: a lock of a client WithFence came without a fence", client, k)
 	}
 	r.event("c%d.%d holds %v fences %v until %v", client, k, h.resources, h.fences, h.until.Sub(r.start))
 	r.backed(l, h, client, k)
 	return h, keysSet
+}
+
+// handedLive checks that h's lock came with lease left: a waiter stopped
+// when the lock reached it (handoff-pause, a round's replies read late)
+// must find its lease over and not return the lock, for a holder acts at
+// once on what it is given.
+func (r *run) handedLive(h holding) {
+	if !h.until.After(h.got) {
+		r.violation("c%d.%d was handed %v at %v with its lease already over (until %v)", h.client, h.worker, h.resources, r.at(h.got), r.at(h.until))
+	}
 }
 
 // write is h's write of each of its resources through the guard, under
@@ -996,12 +1179,13 @@ func (r *run) write(h holding, client, k int) {
 		fc := h.fences[i]
 		// A context of its own: the lock's may have ended in a pause, and
 		// the write must still reach the guard to be judged.
+		sent := time.Now()
 		wctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := r.w.guarded(wctx, client, key, fc, func(ctx context.Context, store driver.Conn) error {
 			return r.guard.Set(ctx, store, key, fmt.Sprintf("c%d.%d", client, k), fc, 0)
 		})
 		cancel()
-		if err != nil && !errors.Is(err, fence.ErrFenceRejected) {
+		if err != nil && !errors.Is(err, fence.ErrFenceRejected) && !r.storeCut(err, client, sent) {
 			r.violation("c%d.%d: the store failed a write: %v", client, k, err)
 		}
 		r.event("c%d.%d write %s fence %d: %v", client, k, key, fc, err == nil)
@@ -1021,6 +1205,7 @@ func (r *run) unlockExtending(ctx context.Context, l *redlock.Lock, h *holding, 
 	r.unlock(l, h, client, k, true, keysSet) // Unlock waits for an Extend it meets: the renewer's bound
 	err := <-extended
 	r.event("c%d.%d extend in flight at Unlock: %v", client, k, kindOf(err))
+	r.hit("Extend racing Unlock")
 	token := l.Token()
 	r.mu.Lock()
 	holdings := r.held[token]
@@ -1054,7 +1239,7 @@ func (r *run) unlock(l *redlock.Lock, h *holding, client, k int, renewed bool, k
 	if renewed {
 		bound, what = 3*nodeTimeout, "three times"
 	}
-	if took := time.Since(unlockAt); took > bound+time.Millisecond {
+	if took := time.Since(unlockAt); took > bound+time.Millisecond && !r.pausedIn(client, unlockAt, time.Now()) {
 		r.violation("c%d.%d: Unlock took %v, beyond %s the node timeout", client, k, took, what)
 	}
 	r.event("c%d.%d unlock: %v", client, k, kindOf(err))
@@ -1108,7 +1293,7 @@ func (r *run) backed(l *redlock.Lock, h holding, client, k int) {
 // kindOf names an error by its sentinel, for the trace: no token, no address.
 func kindOf(err error) string {
 	for _, e := range []error{redlock.ErrNotAcquired, redlock.ErrQuorumUnavailable, redlock.ErrFenceUnavailable,
-		redlock.ErrLockNotHeld, redlock.ErrNoProgress, redlock.ErrLockLost, leadership.ErrResigned, context.DeadlineExceeded} {
+		redlock.ErrLockNotHeld, redlock.ErrNoProgress, redlock.ErrLockLost, redlock.ErrWrongType, leadership.ErrResigned, context.DeadlineExceeded} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

@@ -58,10 +58,22 @@ const (
 	clientWallStep // a client's wall clock steps (NTP, an operator): the fair queue's arrival stamps move, nothing else may
 	// Crowd schedules only.
 	spike // a client's calls to every master slowed by a delay drawn per call (a starved machine)
+
+	// From a fifth stream (issue 38).
+	storeDelayed   // a client's writes to the guarded store take longer; one in flight lands even after its sender gave up
+	storeLostAsk   // a client's writes to the store are lost on the way
+	storeLostReply // the store applies a client's writes, the replies are lost
+	storePaused    // the store stops; its queue is applied in order when it resumes, whoever still waits
+	roundPause     // a client's process stops between its calls reaching the masters and its reading their replies
+	handoffPause   // a client's process stops when the lock is handed to a waiter of its own (a handoff round or a handoff message)
+	mintLostReply  // the counter applies a client's mints, the replies are lost: the next attempt mints again
+	wrongType      // a resource's lock key becomes a hash (an operator's write) on every master, once free there
+	fifthKinds
 )
 
 var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
-	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step", "spike"}
+	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step", "spike",
+	"store-delayed", "store-lost-ask", "store-lost-reply", "store-paused", "round-pause", "handoff-pause", "mint-lost-reply", "wrong-type"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -134,8 +146,12 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, ", master %d at %gx", f.master, f.rate)
 	case clockStep:
 		fmt.Fprintf(&b, ", master %d by %v", f.master, f.delay)
-	case clientPause, clientSuspend:
+	case clientPause, clientSuspend, storeLostAsk, storeLostReply, roundPause, handoffPause, mintLostReply:
 		fmt.Fprintf(&b, ", client %d", f.client)
+	case storeDelayed:
+		fmt.Fprintf(&b, ", client %d, +%v", f.client, f.delay)
+	case wrongType:
+		fmt.Fprintf(&b, ", job:%d on every master", f.master)
 	case clientWallStep:
 		fmt.Fprintf(&b, ", client %d by %v", f.client, f.delay)
 	case spike:
@@ -163,7 +179,15 @@ type Schedule struct {
 	Latency time.Duration
 	// Wire puts every call a master applies into the trace (-sim.wire).
 	Wire bool
+	// FarFences sets the fence counter's clock centuries ahead, so that
+	// every fence it mints is above 2^53, where a Lua number (a double)
+	// can no longer tell two fences apart.
+	FarFences bool
 }
+
+// farFenceStep is how far FarFences sets the counter's clock ahead: its
+// floor (the clock in µs) is then above 2^53 (year 2255).
+const farFenceStep = 260 * 365 * 24 * time.Hour
 
 // Unsafe reports whether a fault of the schedule is a documented failure
 // mode of the lock alone.
@@ -289,6 +313,42 @@ func Draw(seed uint64, cfg Config) Schedule {
 			delay:  d,
 		})
 	}
+	// From a fifth (issue 38), in every schedule: one fault of the store's
+	// link, a pause of a client inside a round or at a handoff, or a
+	// mint's reply lost, or a key of another type; the kind by the seed,
+	// so that any eight seeds in a row (make test's 24 among them) have
+	// each.
+	r5 := rand.New(rand.NewPCG(seed, 0x5eed5))
+	{
+		f := fault{
+			kind:   spike + 1 + kind(seed%uint64(fifthKinds-spike-1)),
+			at:     time.Duration(r5.Int64N(int64(span))),
+			client: r5.IntN(cfg.Clients),
+		}
+		switch f.kind {
+		case storeDelayed:
+			// Half each way: up to a TTL on the way there, so that a
+			// write sent while its lease was valid lands after the next
+			// holder's.
+			f.delay = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, cfg.TTL / 2, cfg.TTL, 2 * cfg.TTL}[r5.IntN(5)]
+			f.lasts = time.Duration(r5.Int64N(int64(2 * cfg.TTL)))
+		case wrongType:
+			f.master = r5.IntN(cfg.Resources) // the resource
+			// Longer than wrongTypeBound, so that it is checked.
+			f.lasts = wrongTypeBoundFor(cfg.TTL) + time.Duration(r5.Int64N(int64(2*cfg.TTL)))
+		case storeLostAsk, storeLostReply, mintLostReply:
+			f.lasts = time.Duration(r5.Int64N(int64(cfg.TTL)))
+		case storePaused:
+			f.lasts = time.Duration(r5.Int64N(int64(2 * cfg.TTL)))
+		case roundPause, handoffPause:
+			// Armed at f.at, taken by the first round (or handoff) after
+			// it: the pause lasts half a TTL to two.
+			f.lasts = cfg.TTL/2 + time.Duration(r5.Int64N(int64(3*cfg.TTL/2)))
+		}
+		s.Faults = append(s.Faults, f)
+	}
+	// From a sixth: in one schedule of four, fences above 2^53.
+	s.FarFences = rand.New(rand.NewPCG(seed, 0x5eed6)).IntN(4) == 0
 	return s
 }
 
@@ -301,8 +361,8 @@ func (s Schedule) String() string {
 			fmt.Fprintf(&b, "  %v\n", u)
 		}
 	} else {
-		fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v, latency %v\n",
-			s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair, s.Latency)
+		fmt.Fprintf(&b, "seed %d: %d masters, %d clients × %d cycles on %d resources, TTL %v, fair %v, latency %v, fences above 2^53 %v\n",
+			s.Seed, s.Config.Masters, s.Config.Clients, s.Config.Cycles, s.Config.Resources, s.Config.TTL, s.Fair, s.Latency, s.FarFences)
 	}
 	for _, f := range s.Faults {
 		fmt.Fprintf(&b, "  %v\n", f)

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -121,6 +122,7 @@ func TestSim(t *testing.T) {
 	}
 	mixed := !until.IsZero()
 	var ran, cycled, holdings, terms, violated, calls atomic.Int64
+	paths = &coverage{hits: make(map[string]int), schedules: make(map[string]int)}
 	var simulated atomic.Int64
 	start := time.Now()
 	// Schedules run in batches, each batch in parallel: a parallel subtest
@@ -145,6 +147,16 @@ func TestSim(t *testing.T) {
 		}
 	})
 	wall := time.Since(start)
+	t.Logf("rare paths (hits, schedules that reached each):\n%s", paths.table())
+	if cycled.Load() == int64(n) && n >= 24 {
+		// Every schedule a default one, as make test's 24 are: each named
+		// path must have been reached, or its fault kind tests nothing.
+		for _, p := range rarePaths {
+			if paths.schedules[p] == 0 {
+				t.Errorf("no schedule reached the rare path %q", p)
+			}
+		}
+	}
 	if cycled.Load() > 0 && terms.Load() == 0 {
 		t.Errorf("no schedule elected a leader: the leadership invariants checked nothing")
 	}
@@ -276,6 +288,7 @@ func playOne(t *testing.T, seed uint64, cfg Config, ran, holdings, terms, simula
 		terms.Add(int64(len(res.Terms)))
 		simulated.Add(int64(res.Simulated))
 		calls.Add(res.Calls)
+		paths.add(res.Paths)
 		if len(res.Violations) > 0 {
 			violated.Add(1)
 		}
@@ -288,3 +301,67 @@ func playOne(t *testing.T, seed uint64, cfg Config, ran, holdings, terms, simula
 var wireFlag = flag.Bool("sim.wire", false, "put every call a master applies into the trace")
 
 var contextFlag = flag.Int("sim.context", 3, "TestSimReplays: events shown before two replays differ")
+
+// rarePaths are the named rare paths the default schedules must reach
+// (issue 38, item 2): TestSim's default run (24 schedules, make test)
+// fails when one of them was reached by no schedule, and every run prints
+// how often each was.
+var rarePaths = []string{
+	"handoff to a paused waiter",
+	"split vote: a TryLock retried its round",
+	"lost release retried: a release sent again",
+	"ghost write: a call applied, its reply lost",
+	"breaker probe: a call to a master silent for four node timeouts",
+	"late Extend: its round ended after the lease",
+	"Extend racing Unlock",
+	"in-flight store write: landed after its sender gave up",
+	"stale write on the unfenced twin",
+	"a leader's in-flight write refused after its term",
+	"store-delayed: a write slowed on its way",
+	"store-lost-ask: a write lost on the way",
+	"store-lost-reply: a write applied, its reply lost",
+	"store-paused: a write queued at the stopped store",
+	"round-pause: a client stopped between its calls and their replies",
+	"mint-lost-reply: a mint applied, its reply lost",
+	"wrong-type: a lock key of another type on every master",
+	"a fence above 2^53",
+}
+
+// coverage adds up the paths of a run's schedules.
+type coverage struct {
+	mu        sync.Mutex
+	hits      map[string]int // all hits
+	schedules map[string]int // schedules with at least one
+}
+
+// paths is TestSim's coverage of the run in progress.
+var paths = &coverage{hits: make(map[string]int), schedules: make(map[string]int)}
+
+func (c *coverage) add(p map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range p {
+		c.hits[k] += v
+		c.schedules[k]++
+	}
+}
+
+// table is the hits and schedules of every path: the rare ones first, in
+// their order, then any other path seen.
+func (c *coverage) table() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := slices.Clone(rarePaths)
+	var more []string
+	for k := range c.hits {
+		if !slices.Contains(names, k) {
+			more = append(more, k)
+		}
+	}
+	slices.Sort(more)
+	var b strings.Builder
+	for _, k := range append(names, more...) {
+		fmt.Fprintf(&b, "  %8d %6d  %s\n", c.hits[k], c.schedules[k], k)
+	}
+	return b.String()
+}

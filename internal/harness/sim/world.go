@@ -37,12 +37,26 @@ type World struct {
 	Masters []*memredis.Server
 	Counter *memredis.Server // the fence counter's node
 	Store   *memredis.Server // the guarded data
+	// Twin is an unfenced store beside the guarded one: every write that
+	// reaches the store is applied to it too, as a plain SET of its fence,
+	// so that what the guard refuses shows here as a stale write accepted.
+	Twin *memredis.Server
 
 	mu     sync.Mutex
 	paused []*pause // by master: nil, or the backlog of a paused master
 	cuts   map[[2]int]cut
-	writes []write               // every guarded write, in the order the store applied it
-	frozen map[int]chan struct{} // by client: a paused process, closed when it resumes
+	writes []write         // every guarded write, in the order the store applied it
+	twin   []write         // the same writes as the unfenced twin applied them (admitted: all)
+	store  *pause          // nil, or the backlog of the paused store
+	armed  map[int][]armed // by client: pauses waiting for a round's replies or a handoff
+	// Frozen, when set, hears of a pause of a client that the world took
+	// itself (an armed one): from, to, and what it met.
+	Frozen func(client int, from, to time.Time, what string)
+	// Hit, when set, counts a named rare path the network or a server saw.
+	Hit     func(path string)
+	frozen  map[int]chan struct{} // by client: a paused process, closed when it resumes
+	stopped atomic.Int32          // len(frozen), read without mu
+	nArmed  atomic.Int32          // pauses armed and not yet taken, read without mu
 	// Latency is every call's round trip on a healthy link.
 	Latency time.Duration
 	// Seed draws each message's time on the wire (see [link.jitter]).
@@ -72,8 +86,8 @@ type cut struct {
 // NewWorld makes n masters, a counter and a store; call it in the bubble,
 // and Close it there.
 func NewWorld(n int) *World {
-	w := &World{Counter: memredis.New(), Store: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut),
-		frozen: make(map[int]chan struct{})}
+	w := &World{Counter: memredis.New(), Store: memredis.New(), Twin: memredis.New(), paused: make([]*pause, n), cuts: make(map[[2]int]cut),
+		frozen: make(map[int]chan struct{}), armed: make(map[int][]armed)}
 	for range n {
 		w.Masters = append(w.Masters, memredis.New())
 	}
@@ -184,6 +198,7 @@ func (w *World) Freeze(client int) {
 	defer w.mu.Unlock()
 	if w.frozen[client] == nil {
 		w.frozen[client] = make(chan struct{})
+		w.stopped.Add(1)
 	}
 }
 
@@ -194,6 +209,7 @@ func (w *World) Thaw(client int) {
 	if ch := w.frozen[client]; ch != nil {
 		close(ch)
 		delete(w.frozen, client)
+		w.stopped.Add(-1)
 	}
 }
 
@@ -222,6 +238,41 @@ type link struct {
 	client int
 	master int
 	conn   full
+
+	// Lock-free, as the rest of a link's bookkeeping: a mutex that the
+	// calls of one instant contend for (a burst's hundred callers of one
+	// client) parks one of them, and the order they then run in, and so
+	// the trace, is the scheduler's (crowd seed 19 parted so).
+	failing atomic.Int64 // since when (ns) no call of the client's got an answer here; 0: the last did
+	lost    sync.Map     // by a hash of each release sent (uint64): whether it got no reply (bool)
+}
+
+// probeAfter is how long a master may leave a client's calls unanswered
+// before the client's breaker lets through only a probe now and then
+// (redlock/internal/node: four node timeouts).
+const probeAfter = 4 * nodeTimeout
+
+// sending notes a call about to go out: a call to a master that has not
+// answered for probeAfter is the breaker's probe.
+func (l *link) sending() {
+	if l.master < 0 {
+		return
+	}
+	since := l.failing.Load()
+	if since != 0 && time.Now().UnixNano()-since >= int64(probeAfter) {
+		l.w.hit("breaker probe: a call to a master silent for four node timeouts")
+	}
+}
+
+// answered notes whether a call got its answer.
+func (l *link) answered(ok bool) {
+	if ok {
+		if l.failing.Load() != 0 {
+			l.failing.Store(0)
+		}
+		return
+	}
+	l.failing.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // maxJitter bounds the part of a message's time on the wire drawn from the
@@ -266,6 +317,14 @@ func mix(x uint64) uint64 {
 // lost on the way, applied but unanswered, or queued behind a pause. msg
 // is a hash of the call (see [link.jitter]).
 func (l *link) through(ctx context.Context, msg uint64, what string, f func(ctx context.Context) (any, error)) (any, error) {
+	l.sending()
+	v, err := l.deliver(ctx, msg, what, f)
+	l.answered(!errors.Is(err, errTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, memredis.ErrDown))
+	return v, err
+}
+
+// deliver is through's delivery of one call.
+func (l *link) deliver(ctx context.Context, msg uint64, what string, f func(ctx context.Context) (any, error)) (any, error) {
 	if l.w.Wire != nil {
 		g := f
 		f = func(ctx context.Context) (any, error) {
@@ -330,14 +389,102 @@ func (l *link) through(ctx context.Context, msg uint64, what string, f func(ctx 
 	}
 	l.w.mu.Unlock()
 	v, err := l.w.exec(l.master, ctx, f)
+	if l.master >= 0 && l.w.trip(l.client, roundPause, "a round's replies") {
+		l.w.hit("round-pause: a client stopped between its calls and their replies")
+	}
 	if c.dropReply && err == nil {
+		if l.master == counterNode {
+			l.w.hit("mint-lost-reply: a mint applied, its reply lost")
+		} else {
+			l.w.hit("ghost write: a call applied, its reply lost")
+		}
 		<-ctx.Done()
 		return nil, errTimeout
+	}
+	if l.w.held(l.client) {
+		// A stopped process reads no reply: this one waited in its
+		// socket buffer, and is read at the resume, whether or not the
+		// caller's deadline passed meanwhile (its timer fired in the
+		// pause, as a bubble's timers do).
+		return v, err
 	}
 	if err := wait(ctx, c.delay-c.delay/2+l.jitter(msg, true)); err != nil {
 		return nil, err
 	}
 	return v, err
+}
+
+// armed is a pause of a client's process that the world takes itself, at
+// the first moment of its kind from when it was armed: a reply of a call
+// to a master reaching the client (roundPause), or the lock handed to a
+// waiter of the client (handoffPause).
+type armed struct {
+	kind  kind
+	from  time.Time
+	lasts time.Duration
+}
+
+// Arm arms a pause of client's process of kind k (roundPause or
+// handoffPause) from now, lasting lasts once taken.
+func (w *World) Arm(client int, k kind, lasts time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed[client] = append(w.armed[client], armed{kind: k, from: time.Now(), lasts: lasts})
+	w.nArmed.Add(1)
+}
+
+// trip takes a pause of kind k armed for client, unless its process is
+// stopped already: it stops the process (its calls wait, its replies are
+// not read) for the pause's length, and reports whether it did.
+func (w *World) trip(client int, k kind, what string) bool {
+	if w.nArmed.Load() == 0 {
+		return false // nothing armed: no lock taken (see link)
+	}
+	w.mu.Lock()
+	as := w.armed[client]
+	i := slices.IndexFunc(as, func(a armed) bool { return a.kind == k })
+	if i < 0 || w.frozen[client] != nil {
+		w.mu.Unlock()
+		return false
+	}
+	a := as[i]
+	w.armed[client] = slices.Delete(slices.Clone(as), i, i+1)
+	w.nArmed.Add(-1)
+	w.frozen[client] = make(chan struct{})
+	w.stopped.Add(1)
+	w.mu.Unlock()
+	from := time.Now()
+	if w.Frozen != nil {
+		w.Frozen(client, from, from.Add(a.lasts), fmt.Sprintf("%v at %s", k, what))
+	}
+	go func() {
+		time.Sleep(a.lasts)
+		w.Thaw(client)
+	}()
+	return true
+}
+
+// held waits, if client's process is stopped, until it resumes, and
+// reports whether it waited.
+func (w *World) held(client int) bool {
+	if w.stopped.Load() == 0 {
+		return false // no process stopped: no lock taken (see link)
+	}
+	w.mu.Lock()
+	ch := w.frozen[client]
+	w.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	<-ch
+	return true
+}
+
+// hit counts path, if the world is told to.
+func (w *World) hit(path string) {
+	if w.Hit != nil {
+		w.Hit(path)
+	}
 }
 
 // paused is the backlog of the link's master if it is paused; w.mu is held.
@@ -452,7 +599,53 @@ func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args .
 	if len(keys) > 0 && len(args) > 0 {
 		record(ctx, keys[0], args[0])
 	}
-	return l.through(ctx, msgHash(s.Hash(), keys, args...), "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
+	handoff := isHandoff(s)
+	msg := msgHash(s.Hash(), keys, args...)
+	if isRelease(s) {
+		if lost, _ := l.lost.Load(msg); lost == true {
+			l.w.hit("lost release retried: a release sent again")
+		}
+		v, err := l.through(ctx, msg, "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), func(ctx context.Context) (any, error) { return l.conn.Eval(ctx, s, keys, args...) })
+		l.lost.Store(msg, errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded))
+		return v, err
+	}
+	return l.through(ctx, msg, "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), func(ctx context.Context) (any, error) {
+		v, err := l.conn.Eval(ctx, s, keys, args...)
+		if handoff && (v == int64(2) || v == int64(3)) {
+			// The key handed to a waiter of this client in the round:
+			// the process stops before the round's replies are read.
+			if l.w.trip(l.client, handoffPause, "a handoff round") {
+				l.w.hit("handoff to a paused waiter")
+			}
+		}
+		return v, err
+	})
+}
+
+// handoffMark is in the source of the fair client's handoff script
+// (redlock/internal/fair/scripts/handoff.lua), which the simulator may not
+// import: its replies 2 and 3 hand the key to a waiter of the caller.
+const handoffMark = "The release that only a fair client sends"
+
+// releaseMark begins the release script (redlock/scripts/release.lua).
+const releaseMark = "-- The release of a lock (queue.lua's release_key"
+
+var handoffScripts sync.Map // *driver.Script -> bool
+
+var releaseScripts sync.Map // *driver.Script -> bool
+
+func isHandoff(s *driver.Script) bool { return marked(&handoffScripts, s, handoffMark) }
+
+func isRelease(s *driver.Script) bool { return marked(&releaseScripts, s, releaseMark) }
+
+// marked reports whether s's source holds mark, once per script.
+func marked(cache *sync.Map, s *driver.Script, mark string) bool {
+	if v, ok := cache.Load(s); ok {
+		return v.(bool)
+	}
+	is := strings.Contains(s.Source(), mark)
+	cache.Store(s, is)
+	return is
 }
 
 // Subscribe is not cut: push wake-up is an optimisation the timer backs up,
@@ -500,6 +693,14 @@ func (s *subLink) Receive(ctx context.Context) (driver.Push, error) {
 		time.Sleep(s.l.jitter(msgHash("error", nil, err.Error()), true))
 		return p, err
 	}
+	if strings.HasPrefix(p.Channel, handoffPrefix) && s.l.w.trip(s.l.client, handoffPause, "a handoff message") {
+		// The lock reserved for a waiter of this client in another's
+		// Unlock: the process stops as the message reaches it.
+		s.l.w.hit("handoff to a paused waiter")
+	}
+	if s.l.w.held(s.l.client) {
+		return p, nil
+	}
 	if err := wait(ctx, s.l.jitter(msgHash("message", []string{p.Channel}, p.Payload, p.Pong), true)); err != nil {
 		return driver.Push{}, err
 	}
@@ -507,6 +708,10 @@ func (s *subLink) Receive(ctx context.Context) (driver.Push, error) {
 }
 
 func (s *subLink) Close() error { return s.sub.Close() }
+
+// handoffPrefix begins the channels on which a release names the waiter the
+// key is reserved for (push.HandoffChannel: "lockp:" tag ":" key).
+const handoffPrefix = "lockp:"
 
 func sorted(s []string) []string {
 	s = slices.Clone(s)
@@ -546,23 +751,129 @@ type write struct {
 	fence    uint64
 	admitted bool
 	at       time.Time
+	client   int
+	late     bool // its sender had given up on it (its deadline passed) when it landed
 }
 
-// guarded runs one guarded write of fence to key and records whether the
-// store admitted it, in the store's order.
-// The write takes its time on the wire, as a master's call does.
+// guarded runs one guarded write of fence to key through client's link to
+// the store, and records whether the store admitted it, in the store's
+// order; the unfenced twin applies it too. The link is cut as a master's
+// is (World.Cut with storeNode): delayed, half each way, lost on the way,
+// or applied unanswered; the store may be paused (PauseStore). A write in
+// flight lands whether or not its sender still waits for it, as a packet
+// on the wire does: a write sent while its lease was valid can land after
+// the next holder's, and the guard must refuse it.
 func (w *World) guarded(ctx context.Context, client int, key string, fence uint64, set func(ctx context.Context, c driver.Conn) error) error {
 	l := &link{w: w, client: client, master: storeNode}
 	msg := msgHash("guarded", []string{key}, fence)
-	if err := wait(ctx, l.jitter(msg, false)); err != nil {
-		return err
+	w.held(client) // a stopped process sends nothing
+	w.mu.Lock()
+	c := w.cuts[[2]int{client, storeNode}]
+	w.mu.Unlock()
+	if c.delay > 0 {
+		w.hit("store-delayed: a write slowed on its way")
+	}
+	// No latency of the schedule's: the store is near its writers, as it
+	// was before its link could be cut (a write then took only its
+	// jitter; the schedules' timing stays as it was).
+	landed := make(chan error, 1)
+	apply := func() {
+		w.mu.Lock()
+		err := set(context.Background(), w.Store.Conn())
+		wr := write{key: key, fence: fence, admitted: err == nil, at: time.Now(), client: client, late: ctx.Err() != nil}
+		w.writes = append(w.writes, wr)
+		wr.admitted = true
+		w.Twin.Set(key, strconv.FormatUint(fence, 10), 0)
+		w.twin = append(w.twin, wr)
+		w.mu.Unlock()
+		if wr.late {
+			w.hit("in-flight store write: landed after its sender gave up")
+		}
+		landed <- err
 	}
 	w.mu.Lock()
-	err := set(ctx, w.Store.Conn())
-	w.writes = append(w.writes, write{key: key, fence: fence, admitted: err == nil, at: time.Now()})
+	stopped := w.store != nil
 	w.mu.Unlock()
-	if werr := wait(ctx, l.jitter(msg, true)); werr != nil {
-		return werr
+	if c == (cut{}) && !stopped {
+		// A healthy link, as before it could be cut: the writer's own
+		// goroutine carries the write (one more goroutine per write
+		// changed the order of the goroutines of an instant, and the
+		// crowd schedules' traces).
+		if err := wait(ctx, l.jitter(msg, false)); err != nil {
+			return errTimeout
+		}
+		apply()
+		err := <-landed
+		if werr := wait(ctx, l.jitter(msg, true)); werr != nil {
+			return errTimeout
+		}
+		return err
 	}
-	return err
+	go func() {
+		time.Sleep(c.delay/2 + l.jitter(msg, false))
+		if c.dropAsk {
+			w.hit("store-lost-ask: a write lost on the way")
+			return
+		}
+		w.mu.Lock()
+		if p := w.store; p != nil {
+			p.backlog = append(p.backlog, apply)
+			w.mu.Unlock()
+			w.hit("store-paused: a write queued at the stopped store")
+			return
+		}
+		w.mu.Unlock()
+		apply()
+	}()
+	select {
+	case err := <-landed:
+		if c.dropReply {
+			w.hit("store-lost-reply: a write applied, its reply lost")
+			<-ctx.Done()
+			return errTimeout
+		}
+		if werr := wait(ctx, c.delay-c.delay/2+l.jitter(msg, true)); werr != nil {
+			return errTimeout
+		}
+		return err
+	case <-ctx.Done():
+		return errTimeout
+	}
+}
+
+// PauseStore stops the store: writes queue up, and are applied in order
+// when it resumes, whoever still waits for them.
+func (w *World) PauseStore() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.store == nil {
+		w.store = &pause{}
+	}
+}
+
+// ResumeStore applies the store's backlog and lets writes through.
+func (w *World) ResumeStore() {
+	w.mu.Lock()
+	p := w.store
+	w.store = nil
+	w.mu.Unlock()
+	if p != nil {
+		for _, f := range p.backlog {
+			f()
+		}
+	}
+}
+
+// staleOnTwin counts the writes the unfenced twin accepted with a fence
+// below one it had applied to the same key before: the writes the guard
+// is there to refuse.
+func staleOnTwin(twin []write) int {
+	top, n := make(map[string]uint64), 0
+	for _, t := range twin {
+		if t.fence < top[t.key] {
+			n++
+		}
+		top[t.key] = max(top[t.key], t.fence)
+	}
+	return n
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/bugs"
 	"quorumlock.dev/quorum"
 	"quorumlock.dev/redlock/internal/push"
 	"quorumlock.dev/redlock/internal/wait"
@@ -276,7 +277,7 @@ func (a *probeAsk[L]) probeCall(ctx context.Context, m driver.Conn, token string
 		case 0:
 			// A key of another type: the others are asked too, so that
 			// a majority of such keys ends the wait (ErrWrongType).
-			a.wrongType = true
+			a.wrongType = !bugs.WrongTypeAtProbeRefuses
 			return false, nil
 		}
 	case []any:
