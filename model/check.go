@@ -23,14 +23,23 @@ const (
 	Mint                        // the counter's node applied mint.lua: Fence, at its Clock
 	CounterLost                 // the counter's node lost fence:<resource>
 	MintReply                   // RedisCounter.Mint of Client heard Fence
-	Won                         // the lock call of Client returned Token, with Until and Fence
+	Won                         // the lock call of Client returned Token, with Until and Fence (0: a client without a counter, as in fair.pml)
 	Enter                       // the holder of Token looked at its lock and starts its work
 	Write                       // guardset.lua judged Client's write with Fence; Ok: admitted
 	Released                    // the releases of Token are done on every master (Unlock, an undo)
+
+	// The fair policy's steps (fair.pml; fair.go has their rules).
+	Hand   // Master's key, which held From (a token, or "q"), went to Waiter with Token (queue.lua's hand_to_head; Ok: handoff.lua's direct handoff)
+	Leave  // Waiter's entry left Master's queue (fair_leave.lua, handoff.lua's list)
+	Queue  // Waiter's entry went back into Master's queue at Stamp (fair_undo.lua)
+	Pass   // Client's lock Token was passed in-process to its waiter Waiter (fair.Policy.passOn)
+	Unlock // the holder of Token ends its work and calls Unlock
+	Ended  // the lock Token ended before its Unlock: a failed Extend (Lock.lose)
 )
 
 var kindNames = [...]string{"", "round", "set", "setreply", "release", "extround", "extend", "extreply", "extended",
-	"restart", "mint", "lost", "mintreply", "won", "enter", "write", "released"}
+	"restart", "mint", "lost", "mintreply", "won", "enter", "write", "released",
+	"hand", "leave", "queue", "pass", "unlock", "ended"}
 
 func (k Kind) String() string {
 	if k > 0 && int(k) < len(kindNames) {
@@ -41,7 +50,9 @@ func (k Kind) String() string {
 
 // Event is one step of a run. At is the world's time (the clock that counts
 // a suspend); Mono the client's monotonic clock at a client's step; Until a
-// lease's end on that monotonic clock (Lock.Until).
+// lease's end on that monotonic clock (Lock.Until). A Set with a Waiter is
+// fair_lock.lua's: a fair waiter's attempt, which takes the key (Ok) or
+// queues the waiter's entry at Stamp, with a claim on Token when Claim.
 type Event struct {
 	Kind   Kind
 	At     time.Duration
@@ -53,6 +64,10 @@ type Event struct {
 	Fence  uint64
 	Until  time.Duration
 	Clock  uint64 // Mint: the node's clock, in fence units (µs)
+	Waiter string // a fair waiter's entry on the masters (its id)
+	From   string // Hand: what the key held before (the releaser's token, or "q")
+	Stamp  uint64 // a fair waiter's arrival stamp: the queue's order
+	Claim  bool   // a fair Set that queues: its entry claims the key for Token
 }
 
 func (e Event) String() string {
@@ -60,6 +75,12 @@ func (e Event) String() string {
 	switch e.Kind {
 	case Restart:
 		return s + fmt.Sprintf(" m=%d", e.Master)
+	case Hand:
+		return s + fmt.Sprintf(" c=%d m=%d from=%s w=%s tok=%s ok=%v", e.Client, e.Master, e.From, e.Waiter, e.Token, e.Ok)
+	case Leave:
+		return s + fmt.Sprintf(" m=%d w=%s", e.Master, e.Waiter)
+	case Queue:
+		return s + fmt.Sprintf(" c=%d m=%d w=%s stamp=%d", e.Client, e.Master, e.Waiter, e.Stamp)
 	case CounterLost:
 		return s
 	case Mint:
@@ -71,8 +92,13 @@ func (e Event) String() string {
 	switch e.Kind {
 	case Set, SetReply, Release, Extend, ExtendReply:
 		s += fmt.Sprintf(" m=%d ok=%v", e.Master, e.Ok)
-	case Round, ExtendRound, Enter:
+		if e.Waiter != "" {
+			s += fmt.Sprintf(" w=%s stamp=%d claim=%v", e.Waiter, e.Stamp, e.Claim)
+		}
+	case Round, ExtendRound, Enter, Unlock:
 		s += fmt.Sprintf(" mono=%v", e.Mono)
+	case Pass:
+		s += fmt.Sprintf(" mono=%v w=%s", e.Mono, e.Waiter)
 	case Extended:
 		s += fmt.Sprintf(" mono=%v until=%v", e.Mono, e.Until)
 	case Won:
@@ -97,6 +123,10 @@ type Config struct {
 	// count the master's vote (the code samples INFO; the model learns at
 	// once: 0).
 	GuardLag time.Duration
+	// EntryTTL is how long a fair waiter's entry stays queued after its
+	// latest attempt (WithFairness); 0: entries never expire (fair.pml).
+	// EntryDrift widens its end both ways (the master's clock, ms).
+	EntryTTL, EntryDrift time.Duration
 }
 
 // ErrRejected is wrapped by every Rejection.
@@ -134,6 +164,9 @@ type lock struct {
 	extAt, extMono        time.Duration
 	extGot                map[int]bool
 	extending, inCS, done bool
+	ended                 bool // a failed Extend ended it (Lock.lose)
+	passing               bool // passed in-process; its recipient's Won comes next
+	passAt                time.Duration
 }
 
 // Checker steps through a trace with the rules of redlock.pml and
@@ -155,13 +188,14 @@ type Checker struct {
 	used    map[uint64]bool // fences handed out with a lock
 	stored  uint64          // the guarded value's fence
 	written bool
+	fair    fairState
 }
 
 // NewChecker returns a checker at the start of a run: no keys, no counter.
 func NewChecker(cfg Config) *Checker {
 	return &Checker{cfg: cfg, keys: make([]key, cfg.Masters), quar: make([]time.Duration, cfg.Masters), rst: make([]time.Duration, cfg.Masters),
 		locks: make(map[string]*lock), last: make(map[int]uint64), lastAt: make(map[int]time.Duration),
-		issued: make(map[uint64]bool), used: make(map[uint64]bool)}
+		issued: make(map[uint64]bool), used: make(map[uint64]bool), fair: newFairState(cfg.Masters)}
 }
 
 // Check runs events through a new checker: nil, or the *Rejection of the
@@ -209,7 +243,7 @@ func (c *Checker) Step(e Event) error {
 	}
 	c.now = e.At
 	switch e.Kind {
-	case Set, Release, Extend, SetReply, ExtendReply, Restart:
+	case Set, Release, Extend, SetReply, ExtendReply, Restart, Hand, Leave, Queue:
 		if e.Master < 0 || e.Master >= c.cfg.Masters {
 			return reject("no master %d", e.Master)
 		}
@@ -220,6 +254,12 @@ func (c *Checker) Step(e Event) error {
 	case Round:
 		c.locks[e.Token] = &lock{client: e.Client, startAt: e.At, startMono: e.Mono, got: make(map[int]bool), set: make(map[int]bool)}
 	case Set:
+		if e.Waiter != "" {
+			if rule := c.fairSet(e, l); rule != "" {
+				return reject("%s", rule)
+			}
+			break
+		}
 		k := &c.keys[e.Master]
 		free := k.token == "" || c.now >= k.hard
 		held := !free && c.now < k.soft
@@ -265,6 +305,7 @@ func (c *Checker) Step(e Event) error {
 		}
 	case Restart:
 		c.keys[e.Master] = key{}
+		clear(c.fair.entries[e.Master])
 		c.rst[e.Master], c.quar[e.Master] = e.At+c.cfg.GuardLag, e.At+c.cfg.TTL
 	case ExtendRound:
 		if l == nil || !l.won || l.client != e.Client {
@@ -315,6 +356,12 @@ func (c *Checker) Step(e Event) error {
 		}
 		c.issued[e.Fence], c.last[e.Client], c.lastAt[e.Client] = true, e.Fence, e.At
 	case Won:
+		if l != nil && l.passing {
+			if rule := c.passWon(e, l); rule != "" {
+				return reject("%s", rule)
+			}
+			break
+		}
 		switch {
 		case l == nil || l.client != e.Client || l.won:
 			return reject("a lock handed out with no round of its own")
@@ -324,17 +371,21 @@ func (c *Checker) Step(e Event) error {
 			return reject("Client.lease: the lease ends at %v, past the round's start %v plus TTL - drift (%v)", e.Until, l.startMono, c.lease())
 		case c.now >= l.startAt+c.lease() || e.Mono >= e.Until:
 			return reject("won after its validity ran out (at %v on the clock that counts suspend)", l.startAt+c.lease())
-		case e.Fence != c.last[e.Client] || c.lastAt[e.Client] < l.startAt:
+		case e.Fence != 0 && (e.Fence != c.last[e.Client] || c.lastAt[e.Client] < l.startAt):
 			return reject("fence %d is not the one Client.mint got for this round", e.Fence)
-		case c.used[e.Fence]:
+		case e.Fence != 0 && c.used[e.Fence]:
 			return reject("(c) fence %d handed out with another lock before", e.Fence)
 		}
-		c.used[e.Fence] = true
+		if e.Fence != 0 {
+			c.used[e.Fence] = true
+		}
 		l.won, l.dl, l.until, l.fence = true, l.startAt+c.lease(), e.Until, e.Fence
 	case Enter:
 		switch {
 		case l == nil || !l.won || l.client != e.Client:
 			return reject("work under a lock its client was not given")
+		case l.ended:
+			return reject("the holder starts its work under a lock that had ended (a failed Extend)")
 		case c.now >= l.dl || e.Mono >= l.until:
 			return reject("the holder starts its work after its lease ran out at %v (Lock.Context, Lock.Until)", l.dl)
 		}
@@ -375,6 +426,10 @@ func (c *Checker) Step(e Event) error {
 		}
 		if l != nil {
 			l.inCS, l.done = false, true
+		}
+	case Hand, Leave, Queue, Pass, Unlock, Ended:
+		if rule := c.fairStep(e, l); rule != "" {
+			return reject("%s", rule)
 		}
 	default:
 		return reject("unknown step")

@@ -44,7 +44,7 @@ var named = []struct{ stmt, name string }{
 	{"cs[3] = 1", "Y1 starts its work"},
 	{"key = 3", "the key goes to Y1 (fair_lock.lua, or queue.lua's hand_to_head to its claim)"},
 	{"key = 2", "the key goes to X2 (fair_lock.lua, or hand_to_head)"},
-	{"(!(unlocked))", "X2 decides to claim: no pass picked for it yet (fair.Line.Claims)"},
+	{"&&!(unlocked)))", "X2 decides to claim: no pass picked for it yet (fair.Line.Claims)"},
 	{"second = 2", "X2's claim is written on the masters, queued behind Y1"},
 	{"passedIn = 1", "X2 takes the lock passed in-process (Line.Deliver): it no longer waits on the masters"},
 	{"key[i] = tok", "extend.lua: the key's TTL set again (Lock.Extend)"},

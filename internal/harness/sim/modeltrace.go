@@ -33,6 +33,10 @@ type ModelStep struct {
 	Fence  uint64
 	Until  time.Duration
 	Clock  uint64
+	Waiter string // a fair waiter's entry on the masters (its id)
+	From   string // hand: what the key held before
+	Stamp  uint64 // a fair waiter's arrival stamp
+	Claim  bool   // a fair attempt that queued with a claim
 }
 
 // ModelTrace is what PlayModelTrace recorded.
@@ -51,8 +55,11 @@ type ModelTrace struct {
 	// still count the master's vote: it samples INFO every restartEvery,
 	// each sample within a node timeout.
 	GuardLag time.Duration
-	Faults   []string
-	Errors   []string // what went wrong in the harness itself (none expected)
+	// EntryTTL is the fair clients' entry TTL (0: no fair clients);
+	// EntryDrift how far a master's clock may move an entry's end.
+	EntryTTL, EntryDrift time.Duration
+	Faults               []string
+	Errors               []string // what went wrong in the harness itself (none expected)
 }
 
 // The model-trace schedules: the scope of model/redlock.pml and fence.pml.
@@ -87,7 +94,21 @@ const (
 // The steps are recorded where the world sees them: a master's applied
 // call on World.Wire, a call and its reply by a wrapper of the client's
 // connections, the store's writes from the world's record.
-func PlayModelTrace(seed uint64) ModelTrace {
+func PlayModelTrace(seed uint64) ModelTrace { return playModel(seed, 1, false) }
+
+// PlayFairModelTrace plays PlayModelTrace's schedule of seed with the fair
+// policy (model/fair.pml): both clients WithFairness, two workers each, so
+// that a client's waiters queue on the masters behind the other client's
+// (with claims), releases hand the key to the queue's head (release.lua,
+// handoff.lua, fair_undo.lua, fair_leave.lua) and a lock is passed
+// in-process between the workers of one client. The handoffs are recorded
+// as the world sees them: each script's call and reply, the master's lock
+// key after it, and the handoff message (PUBLISH) a waiter hears.
+func PlayFairModelTrace(seed uint64) ModelTrace { return playModel(seed, 2, true) }
+
+// playModel plays a model-trace schedule with workers Lock callers per
+// client, WithFairness when fair.
+func playModel(seed uint64, workers int, fair bool) ModelTrace {
 	rng := rand.New(rand.NewPCG(seed, 0x6d6f64656c))
 	s := Schedule{Config: Config{Masters: modelMasters, Clients: modelClients, Cycles: modelCycles, Resources: 1, TTL: modelTTL}, Seed: seed}
 	for range rng.IntN(4) {
@@ -100,8 +121,15 @@ func PlayModelTrace(seed uint64) ModelTrace {
 	r := &run{s: s, w: w, start: time.Now(), pauses: make(map[int][]fault), won: make(map[string]bool), held: make(map[string]int)}
 	r.w.Seed = seed
 	r.w.Latency = time.Duration(rng.IntN(3000)) * time.Microsecond
-	mt := &modelRec{r: r, calls: make(map[callKey][]pending), fenceOf: make(map[uint64]int)}
+	mt := &modelRec{r: r, calls: make(map[callKey][]pending), fenceOf: make(map[uint64]int),
+		wtokens: make(map[int][]string), waiterOf: make(map[int]string), claimOf: make(map[string]string), wonBy: make(map[string]int),
+		unlockAt: make(map[string][2]time.Duration), passed: make(map[string]bool)}
 	out := ModelTrace{TTL: modelTTL, DriftFactor: modelDriftFactor, DriftConstant: modelDriftConstant, Wire: 2 * maxJitter, GuardLag: restartEvery + nodeTimeout}
+	if fair {
+		// An entry's deadline is the master's clock in ms: fast by up to
+		// 1% (the clockFast fault), and cut to the ms.
+		out.EntryTTL, out.EntryDrift = fairEntryTTL, fairEntryTTL/100+2*time.Millisecond
+	}
 	for _, f := range s.Faults {
 		out.Faults = append(out.Faults, f.String())
 		switch f.kind {
@@ -128,8 +156,12 @@ func PlayModelTrace(seed uint64) ModelTrace {
 		for m, l := range links {
 			conns[m] = &recConn{full: l.(full), rec: mt, client: i, master: m}
 		}
-		c, err := redlock.New(conns, redlock.WithFence(counter), redlock.WithDrift(modelDriftFactor, modelDriftConstant),
-			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), redlock.WithRestartGuard(restartEvery), seam.ClientOption(r.clocks[i], src).(redlock.Option))
+		opts := []redlock.Option{redlock.WithFence(counter), redlock.WithDrift(modelDriftFactor, modelDriftConstant),
+			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), redlock.WithRestartGuard(restartEvery), seam.ClientOption(r.clocks[i], src).(redlock.Option)}
+		if fair {
+			opts = append(opts, redlock.WithFairness(fairEntryTTL))
+		}
+		c, err := redlock.New(conns, opts...)
 		if err != nil {
 			mt.fail("client %d: %v", i, err)
 			return mt.abort(out, clients)
@@ -140,10 +172,12 @@ func PlayModelTrace(seed uint64) ModelTrace {
 	var wg sync.WaitGroup
 	wg.Go(func() { mt.faults() })
 	for i, c := range clients {
-		wg.Go(func() {
-			r.stagger(i)
-			mt.worker(c, i, rand.New(rand.NewPCG(seed, uint64(100+i))))
-		})
+		for j := range workers {
+			wg.Go(func() {
+				r.stagger(i)
+				mt.worker(c, i, i*workers+j, rand.New(rand.NewPCG(seed, uint64(100+i+1000*j))))
+			})
+		}
 	}
 	wg.Wait()
 	r.later.Wait()
@@ -217,6 +251,25 @@ type modelRec struct {
 	tokens  [modelClients][]string
 	fenceOf map[uint64]int // the client a fence was handed to
 	errors  []string
+
+	wtokens  map[int][]string            // by worker: the tokens its calls sent
+	waiterOf map[int]string              // by worker: its current Lock call's entry id on the masters
+	claimOf  map[string]string           // a fair attempt's token: its waiter's id
+	wonBy    map[string]int              // a won lock's token: the worker that holds it
+	unlockAt map[string][2]time.Duration // a token's latest Unlock: when, on the world's and the client's clock
+	passed   map[string]bool             // tokens passed on in-process (no release of the holder's own)
+	lastKey  [modelMasters]string        // each master's lock key after the latest recorded call
+}
+
+// workerKey is the context key of the worker a call is made for.
+type workerKey struct{}
+
+// workerOf is the worker a call's context names, or -1.
+func workerOf(ctx context.Context) int {
+	if w, ok := ctx.Value(workerKey{}).(int); ok {
+		return w
+	}
+	return -1
 }
 
 type callKey struct {
@@ -226,6 +279,11 @@ type callKey struct {
 
 type pending struct {
 	kind, token string
+	waiter      string   // fairset, undo: the entry's id; handoff: the waiter it hands to
+	stamp       uint64   // fairset, undo
+	claim       bool     // fairset
+	next        string   // handoff: the waiter's new token
+	entries     []string // handoff, leave: the ids of the entries that leave
 }
 
 func (mt *modelRec) fail(format string, args ...any) {
@@ -274,18 +332,87 @@ func (mt *modelRec) applied(_ string, args ...any) {
 	}
 	p := ps[0]
 	mt.calls[k] = ps[1:]
-	s := ModelStep{Kind: p.kind, At: time.Since(mt.r.start), Client: client, Master: master, Token: p.token}
+	at := time.Since(mt.r.start)
+	s := ModelStep{Kind: p.kind, At: at, Client: client, Master: master, Token: p.token}
+	if master < 0 {
+		s.Fence, _ = mintValue(v)
+		s.Clock = uint64(time.Now().UnixMicro()) // the node's clock: the counter's runs true
+		mt.steps = append(mt.steps, s)
+		return
+	}
+	// The master's lock key after the call: read on the master's own
+	// goroutine, before any other call of its runs.
+	after, _ := mt.r.w.Masters[master].Get(modelKey)
+	before := mt.lastKey[master]
+	mt.lastKey[master] = after
+	// gone is a release's outcome: the key deleted, or handed on.
+	gone := func(from string) ModelStep {
+		if after == "" {
+			return ModelStep{Kind: "release", At: at, Client: client, Master: master, Token: from, Ok: true}
+		}
+		return ModelStep{Kind: "hand", At: at, Client: client, Master: master, From: from, Waiter: mt.claimOf[after], Token: after}
+	}
+	leave := func(ids []string) {
+		for _, id := range ids {
+			mt.steps = append(mt.steps, ModelStep{Kind: "leave", At: at, Master: master, Waiter: id})
+		}
+	}
+	n, _ := v.(int64)
 	switch p.kind {
 	case "set":
 		s.Ok = v == true || v == int64(1)
-	case "release", "extend":
-		s.Ok = v == int64(1)
-	case "mint":
-		s.Fence, _ = mintValue(v)
-		s.Clock = uint64(time.Now().UnixMicro()) // the node's clock: the counter's runs true
+	case "fairset":
+		s.Kind, s.Waiter, s.Stamp, s.Claim = "set", p.waiter, p.stamp, p.claim
+		if vs, _ := v.([]any); len(vs) > 0 {
+			s.Ok = vs[0] == int64(1)
+		}
+		if !s.Ok && after != before && before != "" && mt.claimOf[before] == p.waiter {
+			// The key held an earlier attempt's token of this waiter, and
+			// a waiter queued ahead: fair_lock.lua handed it on first.
+			mt.steps = append(mt.steps, gone(before))
+		}
+	case "extend":
+		s.Ok = n == 1
+	case "release":
+		if n == 1 {
+			s = gone(p.token)
+		}
+	case "undo":
+		if n == 1 {
+			mt.steps = append(mt.steps, ModelStep{Kind: "queue", At: at, Client: client, Master: master, Waiter: p.waiter, Stamp: p.stamp})
+			s = gone(p.token)
+		} else {
+			s.Kind = "release"
+		}
+	case "handoff":
+		leave(p.entries)
+		switch n {
+		case 2, 3:
+			s = ModelStep{Kind: "hand", At: at, Client: client, Master: master, From: p.token, Waiter: p.waiter, Token: p.next, Ok: true}
+			if n == 3 {
+				s.From = "" // the key was free for the head
+			}
+		case 1:
+			s = gone(p.token)
+		default:
+			s.Kind = "release"
+		}
+	case "leave":
+		leave(p.entries)
+		if after == before {
+			return
+		}
+		if after == "" {
+			s = ModelStep{Kind: "release", At: at, Client: client, Master: master, Token: before, Ok: true}
+		} else {
+			s = gone(before)
+		}
 	}
 	mt.steps = append(mt.steps, s)
 }
+
+// modelKey is the lock key of the schedules' one resource.
+const modelKey = "lock:job"
 
 // mintValue is the fence in mint.lua's reply.
 func mintValue(v any) (uint64, bool) {
@@ -307,28 +434,55 @@ type recConn struct {
 	client, master int
 }
 
-func (c *recConn) sent(kind, token string, msg uint64) {
+func (c *recConn) sent(p pending, msg uint64) {
 	c.rec.mu.Lock()
 	defer c.rec.mu.Unlock()
 	k := callKey{c.client, c.master, msg}
-	c.rec.calls[k] = append(c.rec.calls[k], pending{kind, token})
+	c.rec.calls[k] = append(c.rec.calls[k], p)
+}
+
+// Subscribe records the handoffs a client hears of: a release that handed
+// the key to the claim of one of its waiters publishes
+// '<from>/<head>/<token>' on the waiter's channel (queue.lua's
+// hand_to_head), and the waiter counts that master's vote for token.
+func (c *recConn) Subscribe(ctx context.Context) driver.Subscription {
+	return &recSub{Subscription: c.full.Subscribe(ctx), c: c}
+}
+
+type recSub struct {
+	driver.Subscription
+	c *recConn
+}
+
+func (s *recSub) Receive(ctx context.Context) (driver.Push, error) {
+	p, err := s.Subscription.Receive(ctx)
+	if err == nil && !p.Pong && strings.HasPrefix(p.Channel, "lockp:") {
+		if parts := strings.Split(p.Payload, "/"); len(parts) == 3 {
+			at, _ := s.c.rec.now(s.c.client)
+			s.c.rec.add(ModelStep{Kind: "setreply", At: at, Client: s.c.client, Master: s.c.master, Token: parts[2], Ok: true})
+		}
+	}
+	return p, err
 }
 
 func (c *recConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
 	if !strings.HasPrefix(key, "lock:") {
 		return c.full.SetNX(ctx, key, value, ttl)
 	}
-	return c.setNX(value, msgHash("set", []string{key}, value, ttl), func() (bool, error) { return c.full.SetNX(ctx, key, value, ttl) })
+	return c.setNX(ctx, pending{kind: "set", token: value}, msgHash("set", []string{key}, value, ttl), func() (bool, error) { return c.full.SetNX(ctx, key, value, ttl) })
 }
 
-// setNX records a SET NX of token (plain SET NX, or the probe script's),
-// and the start of its round with its first call.
-func (c *recConn) setNX(token string, msg uint64, call func() (bool, error)) (bool, error) {
+// round records the start of token's round with its first call, and
+// the token as one the worker of ctx sent.
+func (c *recConn) round(ctx context.Context, token string) {
 	mt := c.rec
 	mt.mu.Lock()
 	first := !slices.Contains(mt.tokens[c.client], token)
 	if first {
 		mt.tokens[c.client] = append(mt.tokens[c.client], token)
+		if w := workerOf(ctx); w >= 0 {
+			mt.wtokens[w] = append(mt.wtokens[w], token)
+		}
 	}
 	mt.mu.Unlock()
 	if first {
@@ -336,7 +490,15 @@ func (c *recConn) setNX(token string, msg uint64, call func() (bool, error)) (bo
 		at, mono := mt.now(c.client)
 		mt.add(ModelStep{Kind: "round", At: at, Mono: mono, Client: c.client, Token: token})
 	}
-	c.sent("set", token, msg)
+}
+
+// setNX records a SET NX of token (plain SET NX, the probe script's, or
+// a fair attempt's), and the start of its round with its first call.
+func (c *recConn) setNX(ctx context.Context, p pending, msg uint64, call func() (bool, error)) (bool, error) {
+	mt := c.rec
+	token := p.token
+	c.round(ctx, token)
+	c.sent(p, msg)
 	ok, err := call()
 	if err == nil {
 		at, _ := mt.now(c.client)
@@ -349,6 +511,14 @@ func (c *recConn) Eval(ctx context.Context, s *driver.Script, keys []string, arg
 	src := s.Source()
 	kind := ""
 	switch {
+	case strings.Contains(src, "One fair attempt of a queued waiter"):
+		kind = "fairset" // fair_lock.lua
+	case strings.Contains(src, handoffMark):
+		kind = "handoff"
+	case strings.Contains(src, "The undo of a fair waiter's lost attempt"):
+		kind = "undo"
+	case strings.Contains(src, "A queued waiter leaves"):
+		kind = "leave"
 	case strings.Contains(src, "The release of a lock"):
 		kind = "release"
 	case strings.Contains(src, "Compare-and-pexpire"):
@@ -366,22 +536,72 @@ func (c *recConn) Eval(ctx context.Context, s *driver.Script, keys []string, arg
 		token, _ = args[0].(string)
 	}
 	msg := msgHash(s.Hash(), keys, args...)
-	if kind == "set" {
+	p := pending{kind: kind, token: token}
+	str := func(i int) string {
+		if i < len(args) {
+			return fmt.Sprint(args[i])
+		}
+		return ""
+	}
+	ids := func(from int) []string {
+		var out []string
+		for i := from; i < len(args); i++ {
+			if f := strings.Fields(str(i)); len(f) > 0 {
+				out = append(out, f[0])
+			}
+		}
+		return out
+	}
+	switch kind {
+	case "set", "fairset":
+		if kind == "fairset" {
+			// ARGV: token, TTL, id, stamp, entry TTL, tag, prefix, claim.
+			p.waiter, p.claim = str(2), str(7) == "1"
+			p.stamp, _ = strconv.ParseUint(str(3), 10, 64)
+			c.rec.mu.Lock()
+			c.rec.claimOf[token] = p.waiter
+			if w := workerOf(ctx); w >= 0 {
+				c.rec.waiterOf[w] = p.waiter
+			}
+			c.rec.mu.Unlock()
+		}
 		var v any
-		_, err := c.setNX(token, msg, func() (bool, error) {
+		_, err := c.setNX(ctx, p, msg, func() (bool, error) {
 			var err error
 			v, err = c.full.Eval(ctx, s, keys, args...)
+			if vs, ok := v.([]any); ok && len(vs) > 0 {
+				return vs[0] == int64(1), err
+			}
 			return v == int64(1), err
 		})
 		return v, err
+	case "handoff":
+		// ARGV: token, the waiter, its new token, TTL, entries that leave.
+		p.waiter, p.next, p.entries = str(1), str(2), ids(4)
+		if p.waiter != "" {
+			c.rec.mu.Lock()
+			c.rec.claimOf[p.next] = p.waiter
+			c.rec.mu.Unlock()
+			c.round(ctx, p.next) // the handoff's round, for the waiter's new token
+		}
+	case "undo":
+		// ARGV: token, id, stamp, entry TTL.
+		p.waiter = str(1)
+		p.stamp, _ = strconv.ParseUint(str(2), 10, 64)
+	case "leave":
+		p.entries = ids(0)
 	}
-	c.sent(kind, token, msg)
+	c.sent(p, msg)
 	v, err := c.full.Eval(ctx, s, keys, args...)
 	if err != nil {
 		return v, err
 	}
 	at, _ := c.rec.now(c.client)
 	switch kind {
+	case "handoff":
+		if v == int64(2) || v == int64(3) {
+			c.rec.add(ModelStep{Kind: "setreply", At: at, Client: c.client, Master: c.master, Token: p.next, Ok: true})
+		}
 	case "extend":
 		c.rec.add(ModelStep{Kind: "extreply", At: at, Client: c.client, Master: c.master, Token: token, Ok: v == int64(1)})
 	case "mint":
@@ -409,7 +629,10 @@ func (mt *modelRec) faults() {
 		heal := r.apply(f)
 		switch f.kind {
 		case restarted:
-			mt.add(ModelStep{Kind: "restart", At: time.Since(r.start), Master: f.master})
+			mt.mu.Lock()
+			mt.lastKey[f.master] = ""
+			mt.steps = append(mt.steps, ModelStep{Kind: "restart", At: time.Since(r.start), Master: f.master})
+			mt.mu.Unlock()
 		case counterLost:
 			mt.add(ModelStep{Kind: "lost", At: time.Since(r.start)})
 		}
@@ -437,29 +660,46 @@ func (mt *modelRec) released(client int, tokens []string, since time.Time) {
 			}
 		}
 		at, _ := mt.now(client)
+		mt.mu.Lock()
+		defer mt.mu.Unlock()
 		for _, t := range tokens {
-			mt.add(ModelStep{Kind: "released", At: at, Client: client, Token: t})
+			if !mt.passed[t] { // a lock passed on in-process is released by its last holder
+				mt.steps = append(mt.steps, ModelStep{Kind: "released", At: at, Client: client, Token: t})
+			}
 		}
 	})
 }
 
-// tokensSince returns the tokens client sent from the n-th on.
-func (mt *modelRec) tokensSince(client, n int) []string {
+// tokensSince returns the tokens worker sent from the n-th on.
+func (mt *modelRec) tokensSince(worker, n int) []string {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
-	return slices.Clone(mt.tokens[client][n:])
+	return slices.Clone(mt.wtokens[worker][n:])
 }
 
-// worker is redlock.pml's Client on the real client: its lock cycles.
-func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
+// unlock records that the holder of l ends its work, and unlocks.
+func (mt *modelRec) unlock(ctx context.Context, client int, l *redlock.Lock) {
+	at, mono := mt.now(client)
+	mt.mu.Lock()
+	mt.steps = append(mt.steps, ModelStep{Kind: "unlock", At: at, Mono: mono, Client: client, Token: l.Token()})
+	mt.unlockAt[l.Token()] = [2]time.Duration{at, mono}
+	mt.mu.Unlock()
+	_ = l.Unlock(ctx)
+}
+
+// worker is redlock.pml's Client on the real client: its lock cycles. A
+// client's workers (fair.pml's X1 and X2) may pass a lock in-process.
+func (mt *modelRec) worker(c *redlock.Client, client, worker int, rng *rand.Rand) {
 	r := mt.r
+	wctx := context.WithValue(context.Background(), workerKey{}, worker)
 	for range modelCycles {
 		r.nap(client, time.Duration(1+rng.IntN(400))*time.Millisecond)
 		mt.mu.Lock()
-		sent := len(mt.tokens[client])
+		sent := len(mt.wtokens[worker])
+		mt.waiterOf[worker] = ""
 		mt.mu.Unlock()
 		began := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*modelTTL)
+		ctx, cancel := context.WithTimeout(wctx, 3*modelTTL)
 		var l *redlock.Lock
 		var err error
 		if rng.IntN(2) == 0 {
@@ -467,7 +707,7 @@ func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
 		} else {
 			l, err = c.Lock(ctx, "job", modelTTL)
 		}
-		tokens := mt.tokensSince(client, sent)
+		tokens := mt.tokensSince(worker, sent)
 		if err != nil {
 			cancel()
 			mt.released(client, tokens, began)
@@ -477,12 +717,20 @@ func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
 		fences, _ := l.Fences()
 		if len(fences) != 1 {
 			mt.fail("c%d: a lock WithFence on one resource came with fences %v", client, fences)
-			_ = l.Unlock(context.Background())
+			_ = l.Unlock(wctx)
 			cancel()
 			continue
 		}
 		mt.mu.Lock()
 		mt.fenceOf[fences[0]] = client
+		if from, ok := mt.wonBy[l.Token()]; ok && from != worker {
+			// A lock another worker of this client held: passed in-process
+			// at its Unlock (fair.Policy.passOn).
+			u := mt.unlockAt[l.Token()]
+			mt.steps = append(mt.steps, ModelStep{Kind: "pass", At: u[0], Mono: u[1], Client: client, Token: l.Token(), Waiter: mt.waiterOf[worker]})
+			mt.passed[l.Token()] = true
+		}
+		mt.wonBy[l.Token()] = worker
 		mt.mu.Unlock()
 		mt.add(ModelStep{Kind: "won", At: at, Mono: mono, Client: client, Token: l.Token(), Until: l.Until().Sub(r.start), Fence: fences[0]})
 		if lost := slices.DeleteFunc(tokens, func(t string) bool { return t == l.Token() }); len(lost) > 0 {
@@ -501,8 +749,15 @@ func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
 			at, mono := mt.now(client)
 			mt.add(ModelStep{Kind: "extround", At: at, Mono: mono, Client: client, Token: l.Token()})
 			if err := l.Extend(ctx, modelTTL); err != nil {
-				// A failed Extend ends the lock and releases its keys.
+				// A failed Extend ends the lock.
+				at, _ := mt.now(client)
+				mt.add(ModelStep{Kind: "ended", At: at, Client: client, Token: l.Token()})
 				cancel()
+				// Unlock, as a caller's deferred Unlock does: an Extend
+				// refused because the lease had run out releases nothing
+				// itself (Lock.lose), and a fair Unlock of a lock that ended
+				// releases it, never passes it on (fair.Policy.Unlock).
+				mt.unlock(wctx, client, l)
 				mt.released(client, []string{l.Token()}, began)
 				continue
 			}
@@ -516,7 +771,7 @@ func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
 		}
 		if l.Context().Err() != nil {
 			cancel()
-			_ = l.Unlock(context.Background())
+			mt.unlock(wctx, client, l)
 			mt.released(client, []string{l.Token()}, began)
 			continue
 		}
@@ -535,7 +790,7 @@ func (mt *modelRec) worker(c *redlock.Client, client int, rng *rand.Rand) {
 		if werr != nil && !errors.Is(werr, fence.ErrFenceRejected) {
 			mt.fail("c%d: the store failed a write: %v", client, werr)
 		}
-		_ = l.Unlock(context.Background())
+		mt.unlock(wctx, client, l)
 		cancel()
 		mt.released(client, []string{l.Token()}, began)
 	}

@@ -18,11 +18,11 @@ const modelTraceSeeds = 64
 // toModel converts a recorded trace into the model checker's steps.
 func toModel(t *testing.T, tr ModelTrace) (model.Config, []model.Event) {
 	kinds := make(map[string]model.Kind)
-	for k := model.Round; k <= model.Released; k++ {
+	for k := model.Round; k <= model.Ended; k++ {
 		kinds[k.String()] = k
 	}
 	cfg := model.Config{Masters: modelMasters, TTL: tr.TTL, Drift: clockdrift.Allowance(tr.TTL, tr.DriftFactor, tr.DriftConstant),
-		Pauses: tr.Pauses, Wire: tr.Wire, GuardLag: tr.GuardLag}
+		Pauses: tr.Pauses, Wire: tr.Wire, GuardLag: tr.GuardLag, EntryTTL: tr.EntryTTL, EntryDrift: tr.EntryDrift}
 	evs := make([]model.Event, len(tr.Steps))
 	for i, s := range tr.Steps {
 		k, ok := kinds[s.Kind]
@@ -30,14 +30,18 @@ func toModel(t *testing.T, tr ModelTrace) (model.Config, []model.Event) {
 			t.Fatalf("step %d: no model step %q", i+1, s.Kind)
 		}
 		evs[i] = model.Event{Kind: k, At: s.At, Mono: s.Mono, Client: s.Client, Master: s.Master, Token: s.Token, Ok: s.Ok,
-			Fence: s.Fence, Until: s.Until, Clock: s.Clock}
+			Fence: s.Fence, Until: s.Until, Clock: s.Clock, Waiter: s.Waiter, From: s.From, Stamp: s.Stamp, Claim: s.Claim}
 	}
 	return cfg, evs
 }
 
 func playModelTrace(t *testing.T, seed uint64) ModelTrace {
+	return playWith(t, seed, PlayModelTrace)
+}
+
+func playWith(t *testing.T, seed uint64, play func(uint64) ModelTrace) ModelTrace {
 	var tr ModelTrace
-	synctest.Test(t, func(t *testing.T) { tr = PlayModelTrace(seed) })
+	synctest.Test(t, func(t *testing.T) { tr = play(seed) })
 	if len(tr.Errors) > 0 {
 		t.Fatalf("seed %d: %s", seed, strings.Join(tr.Errors, "; "))
 	}
@@ -176,6 +180,148 @@ func TestModelTraceMutated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mutated, step := tc.edit(slices.Clone(evs))
 			err := model.Check(cfg, mutated)
+			var r *model.Rejection
+			if !errors.As(err, &r) {
+				t.Fatalf("Check = %v, want the mutated step %d rejected", err, step+1)
+			}
+			if r.Step != step+1 || !strings.Contains(r.Rule, tc.rule) {
+				t.Fatalf("rejected step %d: %s; want step %d (%v) for %q\n%s", r.Step, r.Rule, step+1, mutated[step], tc.rule, around(mutated, r.Step))
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// fairModelTraceSeeds is the fair sample of make test: seeds 1 to this.
+const fairModelTraceSeeds = 32
+
+// TestModelTraceFair plays the fair model-trace schedules of the sample
+// and replays each trace through model.Checker, with the rules of
+// model/fair.pml: keys handed only to the queue's head by the holder's own
+// release, in-process passes only of a lock that has not ended, no claim
+// taking a key after its waiter took a pass. The sample must take the
+// fair steps (hands to a claim and by handoff.lua, passes in-process,
+// queued attempts), or it would check little.
+func TestModelTraceFair(t *testing.T) {
+	seen := make(map[model.Kind]int)
+	claims, direct, queued, faults := 0, 0, 0, 0
+	for seed := uint64(1); seed <= fairModelTraceSeeds; seed++ {
+		tr := playWith(t, seed, PlayFairModelTrace)
+		faults += len(tr.Faults)
+		cfg, evs := toModel(t, tr)
+		for _, e := range evs {
+			seen[e.Kind]++
+			switch {
+			case e.Kind == model.Hand && e.Ok:
+				direct++
+			case e.Kind == model.Hand && e.Token != "q":
+				claims++
+			case e.Kind == model.Set && e.Waiter != "" && !e.Ok:
+				queued++
+			}
+		}
+		if err := model.Check(cfg, evs); err != nil {
+			var r *model.Rejection
+			if errors.As(err, &r) {
+				t.Errorf("seed %d (faults %v): %v\n%s", seed, tr.Faults, err, around(evs, r.Step))
+			} else {
+				t.Errorf("seed %d: %v", seed, err)
+			}
+		}
+	}
+	for _, k := range []model.Kind{model.Won, model.Enter, model.Write, model.Hand, model.Pass, model.Unlock} {
+		if seen[k] == 0 {
+			t.Errorf("no fair schedule of the sample took a %v step", k)
+		}
+	}
+	if claims == 0 || direct == 0 || queued == 0 {
+		t.Errorf("the sample handed %d keys to a claim, %d by handoff.lua, queued %d attempts: each must happen", claims, direct, queued)
+	}
+	t.Logf("%d fair schedules, %d faults, %d keys handed to a claim, %d by handoff.lua, %d attempts queued, steps by kind: %v",
+		fairModelTraceSeeds, faults, claims, direct, queued, seen)
+}
+
+// TestModelTraceFairMutated proves that the fair rules can fail on a
+// recorded trace: a key that a release handed to the queue's head's claim,
+// handed instead to a waiter queued behind the head, and a lock passed
+// in-process after a failed Extend ended it, are each rejected at that step.
+func TestModelTraceFairMutated(t *testing.T) {
+	type hand struct {
+		cfg      model.Config
+		evs      []model.Event
+		at       int    // the hand's index
+		to, tok  string // a waiter queued behind the head there, and its claim
+		passedAt int    // a pass's index in evs, or -1
+	}
+	var behind, passed *hand
+	for seed := uint64(1); seed <= fairModelTraceSeeds && (behind == nil || passed == nil); seed++ {
+		cfg, evs := toModel(t, playWith(t, seed, PlayFairModelTrace))
+		if model.Check(cfg, evs) != nil {
+			continue
+		}
+		if passed == nil {
+			if i := slices.IndexFunc(evs, func(e model.Event) bool { return e.Kind == model.Pass }); i >= 0 {
+				passed = &hand{cfg: cfg, evs: evs, passedAt: i}
+			}
+		}
+		if behind != nil {
+			continue
+		}
+		// A hand to the head's claim, with another waiter's claim queued
+		// on that master at a later stamp within the entry's TTL.
+		for i, h := range evs {
+			if h.Kind != model.Hand || h.Ok || h.Token == "q" {
+				continue
+			}
+			var headStamp uint64
+			claims := make(map[string]model.Event) // by waiter: its latest queued claim on h's master
+			for _, e := range evs[:i] {
+				if e.Kind == model.Set && e.Waiter != "" && e.Master == h.Master && h.At-e.At < cfg.EntryTTL-cfg.EntryDrift {
+					if e.Waiter == h.Waiter {
+						headStamp = e.Stamp
+					}
+					if !e.Ok && e.Claim {
+						claims[e.Waiter] = e
+					} else {
+						delete(claims, e.Waiter)
+					}
+				}
+				if (e.Kind == model.Hand || e.Kind == model.Leave) && e.Master == h.Master {
+					delete(claims, e.Waiter)
+				}
+			}
+			for w, e := range claims {
+				if w != h.Waiter && headStamp != 0 && e.Stamp > headStamp {
+					behind = &hand{cfg: cfg, evs: evs, at: i, to: w, tok: e.Token}
+					break
+				}
+			}
+			if behind != nil {
+				break
+			}
+		}
+	}
+	if behind == nil || passed == nil {
+		t.Fatalf("the fair sample has no hand with a waiter queued behind the head (%v) or no pass (%v)", behind != nil, passed != nil)
+	}
+	for _, tc := range []struct {
+		name string
+		h    *hand
+		edit func([]model.Event, *hand) ([]model.Event, int) // the mutated trace and its mutated step (0-based)
+		rule string
+	}{
+		{"a key handed to a waiter that is not the queue's head", behind, func(evs []model.Event, h *hand) ([]model.Event, int) {
+			evs[h.at].Waiter, evs[h.at].Token = h.to, h.tok
+			return evs, h.at
+		}, "not the queue's head"},
+		{"a lock passed in-process after it ended", passed, func(evs []model.Event, h *hand) ([]model.Event, int) {
+			p := evs[h.passedAt]
+			return slices.Insert(evs, h.passedAt, model.Event{Kind: model.Ended, At: p.At, Client: p.Client, Token: p.Token}), h.passedAt + 1
+		}, "(pass) a lock that had ended passed on in-process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mutated, step := tc.edit(slices.Clone(tc.h.evs), tc.h)
+			err := model.Check(tc.h.cfg, mutated)
 			var r *model.Rejection
 			if !errors.As(err, &r) {
 				t.Fatalf("Check = %v, want the mutated step %d rejected", err, step+1)
