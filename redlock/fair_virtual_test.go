@@ -9,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/driver"
+	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/wait"
 )
 
@@ -161,5 +164,54 @@ func TestMixedDeploymentStarvesPlainClient(t *testing.T) {
 		}
 		require.ErrorIs(t, err, context.DeadlineExceeded, "the client without fairness got the lock: the starvation this test documents did not happen")
 		assert.Greater(t, sections, 100, "the fair client's goroutines were held up too")
+	})
+}
+
+// TestFairHeadLeavesWakesNext: a free key whose queue's head gives up
+// (its Lock's context ended) while the waiter behind it, refused because
+// it was not the head, sleeps: the head's leave wakes the new head at
+// once. Without it the new head slept up to a third of the entry TTL with
+// the resource free and waiters queued (the simulator's crowd seeds 110
+// and 329, 340 ms).
+func TestFairHeadLeavesWakesNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		ctx := context.Background()
+		c := virtualClient(t, masters, WithFairness(3*time.Second), WithRetry(0, 10*time.Second, 0))
+		const gone = "00000000000001" + "ffffffff" + "-gone" // a waiter of another client, queued first
+		queue := driver.NewScript(`local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], 1, ARGV[1])
+redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + 10000, ARGV[1])
+redis.call('SET', KEYS[3], 'another', 'PX', 60000)
+return 1`)
+		del := driver.NewScript(`return redis.call('DEL', KEYS[1])`)
+		for _, m := range masters {
+			_, err := m.Eval(ctx, queue, []string{"lockqu:{lock:job}", "locktu:{lock:job}", "lock:job"}, gone)
+			require.NoError(t, err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			l, err := c.Lock(ctx, "job", time.Minute)
+			if assert.NoError(t, err) {
+				got <- time.Now()
+				assert.NoError(t, l.Unlock(ctx))
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait() // queued behind gone, the key held by another
+		for _, m := range masters {
+			_, err := m.Eval(ctx, del, []string{"lock:job"}) // it expires, say: no release message
+			require.NoError(t, err)
+		}
+		time.Sleep(1500 * time.Millisecond) // its next attempt: a free key, gone the head
+		synctest.Wait()
+		require.Empty(t, got, "won while another waiter was the queue's head")
+		left := time.Now()
+		for _, m := range masters {
+			_, err := m.Eval(ctx, fair.LeaveScript, []string{"lock:job"}, gone)
+			require.NoError(t, err)
+		}
+		won := <-got
+		assert.Less(t, won.Sub(left), 50*time.Millisecond, "the new head slept with the key free after the head left")
 	})
 }
