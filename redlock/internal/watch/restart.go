@@ -43,12 +43,7 @@ func (w *Watcher) sample(ctx context.Context, i int) {
 	}
 	addr := w.cfg.Labels[i]
 	if !ok {
-		// Managed Redis often disables INFO: without it there is nothing
-		// to watch, and quarantining for ever would cost the master.
-		m.off = true
-		m.restartAt = noRestart
-		m.publish()
-		w.cfg.Logger.Warn("redlock: the restart guard cannot read INFO server; this master is never quarantined", "master", addr, "err", err)
+		w.infoOff(m, addr, err)
 		return
 	}
 	if m.runID != "" && runID != m.runID {
@@ -72,6 +67,16 @@ func (w *Watcher) sample(ctx context.Context, i int) {
 	m.publish()
 	m.sampledGen = gen
 	w.reviewLocked(i, now)
+}
+
+// infoOff stops watching master m (its mu held), whose INFO server cannot
+// be read: managed Redis often disables INFO, and without it there is
+// nothing to watch; quarantining it for ever would cost the master.
+func (w *Watcher) infoOff(m *master, addr string, err error) {
+	m.off = true
+	m.restartAt = noRestart
+	m.publish()
+	w.cfg.Logger.Warn("redlock: the restart guard cannot read INFO server; this master is never quarantined", "master", addr, "err", err)
 }
 
 // refused reports an error reply that says INFO (or TIME) will never be
