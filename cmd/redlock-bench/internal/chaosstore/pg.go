@@ -2,14 +2,12 @@ package chaosstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"quorumlock.dev/cmd/redlock-bench/internal/chaoscheck"
-	"quorumlock.dev/fence"
 	"quorumlock.dev/fence/pgfence"
 )
 
@@ -133,12 +131,5 @@ func (b *pgBackend) Call(ctx context.Context, kind string, res string, f uint64,
 		_, err := tx.Exec(ctx, "INSERT INTO "+b.t.jobs+" (resource, job, fence, worker) VALUES ($1, $2, $3, $4)", res, job, int64(f), worker)
 		return err
 	})
-	switch {
-	case errors.Is(err, fence.ErrFenceRejected):
-		return Answer{Outcome: chaoscheck.Rejected}, nil
-	case err != nil:
-		return Answer{}, err
-	}
-	a.Outcome = chaoscheck.OK
-	return a, nil
+	return guarded(a, err)
 }

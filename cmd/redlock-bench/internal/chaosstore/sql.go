@@ -168,14 +168,7 @@ func (b *sqlBackend) Call(ctx context.Context, kind string, res string, f uint64
 		_, err := tx.ExecContext(ctx, "INSERT INTO "+b.t.jobs+" (resource, job, fence, worker) VALUES (?, ?, ?, ?)", res, job, int64(f), worker)
 		return err
 	})
-	switch {
-	case errors.Is(err, fence.ErrFenceRejected):
-		return Answer{Outcome: chaoscheck.Rejected}, nil
-	case err != nil:
-		return Answer{}, err
-	}
-	a.Outcome = chaoscheck.OK
-	return a, nil
+	return guarded(a, err)
 }
 
 // inTx runs do in a transaction, committed if do returns nil and rolled back otherwise.
@@ -191,4 +184,18 @@ func (b *sqlBackend) inTx(ctx context.Context, do func(*sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// guarded is the answer to a guarded call (pg.go's and this file's) that
+// read a and ended with err: a write the guard refused is an answer, not
+// an error.
+func guarded(a Answer, err error) (Answer, error) {
+	switch {
+	case errors.Is(err, fence.ErrFenceRejected):
+		return Answer{Outcome: chaoscheck.Rejected}, nil
+	case err != nil:
+		return Answer{}, err
+	}
+	a.Outcome = chaoscheck.OK
+	return a, nil
 }
