@@ -20,11 +20,14 @@ func client(t testing.TB, addr string) rueidis.Client {
 }
 
 // batched is client with the options docs/drivers.md gives for many
-// goroutines per process: one pipelined connection per server, and a
-// flush that waits up to 100 µs for more calls while others are waiting.
+// goroutines per process: one pipelined connection per server, a flush
+// that waits up to 100 µs for more calls while others are waiting, and a
+// ConnWriteTimeout of a few seconds, as it advises where a master may
+// hang (the calls of a hung server's pipeline end after it: 10 s by
+// default).
 func batched(t testing.TB, addr string) rueidis.Client {
 	return clientOf(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
-		PipelineMultiplex: -1, MaxFlushDelay: 100 * time.Microsecond})
+		PipelineMultiplex: -1, MaxFlushDelay: 100 * time.Microsecond, ConnWriteTimeout: 2 * time.Second})
 }
 
 func clientOf(t testing.TB, opt rueidis.ClientOption) rueidis.Client {

@@ -32,6 +32,8 @@ func ExampleMasters() {
 			// writes wait up to 100 µs for more calls while others are waiting.
 			PipelineMultiplex: -1,
 			MaxFlushDelay:     100 * time.Microsecond,
+			// A master that hangs: its pipeline's calls end after 2 s, not 10.
+			ConnWriteTimeout: 2 * time.Second,
 		})
 		if c == nil {
 			log.Fatal(err)
