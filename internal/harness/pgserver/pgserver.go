@@ -52,6 +52,13 @@ type Options struct {
 	// under the kernel's limit of about 100 bytes, so keep Dir short. When this process runs as
 	// root, the server runs as the OS user "postgres", which must be able to reach Dir.
 	Dir string
+	// Autovacuum runs the server's autovacuum, and with it its automatic ANALYZE, as a
+	// production server does. Off by default, so that no background work competes with a
+	// timing-sensitive test. A run that grows a table for minutes needs it: without
+	// statistics, the generic plan a connection caches for a prepared query while the table
+	// is small (a sequential scan) is never replanned, and every later execution reads the
+	// whole table.
+	Autovacuum bool
 }
 
 // Server is a PostgreSQL postmaster, our child process, and its cluster. Its methods are safe
@@ -59,6 +66,7 @@ type Options struct {
 type Server struct {
 	dir, dataDir, sockDir string
 	ownDir                bool
+	autovacuum            bool
 	cred                  *syscall.Credential // nil: run as ourselves
 	proc                  *childproc.Process
 
@@ -84,7 +92,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: opt.Dir, cred: cred}
+	s := &Server{dir: opt.Dir, cred: cred, autovacuum: opt.Autovacuum}
 	if s.dir == "" {
 		if s.dir, err = os.MkdirTemp("", "pgserver-"); err != nil {
 			return nil, fmt.Errorf("pgserver: %w", err)
@@ -194,7 +202,7 @@ func (s *Server) launch(ctx context.Context, postgres string) (*childproc.Proces
 				"-c", "shared_buffers=32MB",
 				// No background work that a test did not ask for: fewer processes to pause,
 				// and no vacuum competing with a timing-sensitive test.
-				"-c", "autovacuum=off",
+				"-c", "autovacuum=" + onOff(s.autovacuum),
 			}
 		},
 		Dir: s.dir,
@@ -315,4 +323,11 @@ func (s *Server) CreateDatabase(ctx context.Context, name string) error {
 		return fmt.Errorf("pgserver: create database %q: %w", name, err)
 	}
 	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -119,7 +119,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 // TestReuseDir: a server started on the Dir of a stopped one serves its data, and Stop keeps a
-// Dir the caller chose.
+// Dir the caller chose. Beside it, Options.Autovacuum: off by default, on when asked.
 func TestReuseDir(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t)
@@ -137,11 +137,14 @@ func TestReuseDir(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)")
 	require.NoError(t, err)
+	var autovacuum string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum))
+	assert.Equal(t, "off", autovacuum, "by default")
 	require.NoError(t, conn.Close(ctx))
 	require.NoError(t, srv.Stop())
 	require.DirExists(t, dir)
 
-	again, err := pgserver.Start(ctx, pgserver.Options{Dir: dir})
+	again, err := pgserver.Start(ctx, pgserver.Options{Dir: dir, Autovacuum: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = again.Stop() })
 	conn, err = pgx.Connect(ctx, again.DSN("postgres"))
@@ -150,6 +153,8 @@ func TestReuseDir(t *testing.T) {
 	var v int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM kept").Scan(&v))
 	assert.Equal(t, 7, v)
+	require.NoError(t, conn.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum))
+	assert.Equal(t, "on", autovacuum, "with Autovacuum")
 }
 
 func TestNotInstalled(t *testing.T) {

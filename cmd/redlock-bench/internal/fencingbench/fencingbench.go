@@ -334,7 +334,9 @@ func openPostgres(ctx context.Context, cfg Config, prefix string, rep *Report) (
 	dsn := cfg.PGDSN
 	stop := func() {}
 	if dsn == "" {
-		srv, err := pgserver.Start(ctx, pgserver.Options{})
+		// Autovacuum, as a production server has it: a million jobs grow the shipments
+		// table for minutes (see pgserver.Options.Autovacuum).
+		srv, err := pgserver.Start(ctx, pgserver.Options{Autovacuum: true})
 		if err != nil {
 			return nil, nil, fmt.Errorf("fencingbench: start PostgreSQL: %w", err)
 		}
