@@ -21,4 +21,5 @@ const (
 	FenceThroughDouble      = false
 	TimedOutKeysKept        = false
 	WrongTypeAtProbeRefuses = false
+	ProbeWaitsForever       = false
 )

@@ -52,4 +52,10 @@ var (
 	// not asked: the wrong type is seen by one master only, no majority of
 	// it is ever counted, and a waiting Lock never stops (ErrWrongType).
 	WrongTypeAtProbeRefuses bool
+	// ProbeWaitsForever: a plain waiter's probed attempt asks the other
+	// masters only once the probe master has answered (no probeWait), and
+	// counts those it never asked as failed: a hung probe master fails
+	// the whole round with ErrQuorumUnavailable, naming healthy masters
+	// (a false outage).
+	ProbeWaitsForever bool
 )

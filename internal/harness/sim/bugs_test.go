@@ -38,6 +38,7 @@ func TestSimFindsBugs(t *testing.T) {
 		{"a fence returned through a double (two holders given one fence above 2^53)", &bugs.FenceThroughDouble, "handed out twice", DefaultConfig},
 		{"keys of a lost attempt not released where its call timed out (a burst in a latency spike)", &bugs.TimedOutKeysKept, "still kept its key", CrowdConfig},
 		{"wrong type seen by the probe master only (a waiting Lock that never stops)", &bugs.WrongTypeAtProbeRefuses, "had another type on every master", DefaultConfig},
+		{"a hung probe master fails a woken waiter's round (a false outage)", &bugs.ProbeWaitsForever, "false outage", DefaultConfig},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			*b.switch_ = true

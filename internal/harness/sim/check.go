@@ -297,7 +297,7 @@ func (r *run) checkTryBursts() {
 // or one a master kept while it could not be reached, lives out its TTL).
 func (r *run) unsettled() []stretch {
 	var out []stretch
-	for _, f := range r.s.Faults {
+	for _, f := range r.faults() {
 		settle := r.s.Config.TTL
 		if f.kind == spike {
 			settle = releaseRetryBound

@@ -111,6 +111,7 @@ type run struct {
 	trace   []event
 	clocks  []*clientClock // by client
 	wrongs  []wrongSpan    // the wrong-type faults that reached every master
+	hangs   []fault        // the masters a probe-hang hung, as taken (see faults)
 	paths   sync.Map       // path -> *atomic.Int64: the rare paths reached (hit)
 }
 
@@ -205,6 +206,12 @@ func Run(s Schedule) Result {
 		r.frozen = append(r.frozen, span{client: client, from: from, to: to})
 		r.mu.Unlock()
 	}
+	r.w.Hung = func(master int, lasts time.Duration) {
+		r.event("m%d hung for %v as a probe reached it", master, lasts)
+		r.mu.Lock()
+		r.hangs = append(r.hangs, fault{kind: probeHang, at: time.Since(r.start), lasts: lasts, master: master})
+		r.mu.Unlock()
+	}
 	if s.Wire {
 		r.w.Wire = r.event
 	}
@@ -242,7 +249,8 @@ func Run(s Schedule) Result {
 				}}))
 		}
 		opts := []redlock.Option{redlock.WithFence(counter), redlock.WithLogger(logger),
-			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), seeded}
+			redlock.WithRetry(0, 20*time.Millisecond, 10*time.Millisecond), seeded,
+			redlock.WithHooks(redlock.Hooks{Attempt: func(ctx context.Context, e redlock.Event) { r.attempted(ctx, i, e) }})}
 		if s.Fair[i] {
 			opts = append(opts, redlock.WithFairness(fairEntryTTL))
 		}
@@ -518,6 +526,9 @@ func (r *run) apply(f fault) (heal func()) {
 		w.Arm(f.client, f.kind, f.lasts)
 	case wrongType:
 		return r.wrongKeys(fmt.Sprintf("lock:job:%d", f.master))
+	case probeHang:
+		w.hangProbes.Store(true)
+		return func() { w.hangProbes.Store(false) }
 	}
 	return nil
 }
@@ -632,6 +643,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		ctx, att := withAttempt(ctx)
+		att.each, att.worker = mode >= 2, k // a TryLock (mode < 2) is checked when it returns
 		began := time.Now()
 		var l *redlock.Lock
 		var err error
@@ -682,7 +694,7 @@ func (r *run) worker(c *redlock.Client, client, k, cycles int) {
 		if ctx.Err() == nil {
 			// A caller whose deadline ended the round has no quorum's
 			// answer to expect.
-			r.noFalseOutage(client, k, op, began, err)
+			r.noFalseOutage(client, k, op, began, err, false)
 		}
 		if err != nil {
 			cancel()
@@ -721,9 +733,10 @@ const outMemory = 6 * nodeTimeout
 
 // noFalseOutage checks that op of client's worker k, begun at began, did
 // not end in ErrQuorumUnavailable while a majority of the masters answered
-// the client throughout: a quorum was there to vote (a hung probe master
-// must not fail the round: its wait is a quarter of the node timeout).
-func (r *run) noFalseOutage(client, k int, op string, began time.Time, err error) {
+// the client throughout (and, if promptly, with no delay of the schedule's
+// on the way): a quorum was there to vote (a hung probe master must not
+// fail the round: its wait is a quarter of the node timeout).
+func (r *run) noFalseOutage(client, k int, op string, began time.Time, err error, promptly bool) {
 	if !errors.Is(err, redlock.ErrQuorumUnavailable) {
 		return
 	}
@@ -732,14 +745,44 @@ func (r *run) noFalseOutage(client, k int, op string, began time.Time, err error
 	// at most one per node timeout, gets a reply): counted as down.
 	var up []int
 	for i := range r.w.Masters {
-		if r.answers(client, i, began.Add(-outMemory), time.Now()) {
+		if r.answers(client, i, began.Add(-outMemory), time.Now()) && (!promptly || r.undelayed(client, i, began.Add(-outMemory), time.Now())) {
 			up = append(up, i)
 		}
 	}
 	if len(up) > len(r.w.Masters)/2 {
-		r.violation("c%d.%d: %s from %v to %v failed with a false outage (%v) while masters %v answered throughout",
-			client, k, op, r.at(began), r.at(time.Now()), err, up)
+		how := "answered"
+		if promptly {
+			how = "answered promptly"
+		}
+		r.violation("c%d.%d: %s from %v to %v failed with a false outage (%v) while masters %v %s throughout",
+			client, k, op, r.at(began), r.at(time.Now()), err, up, how)
 	}
+}
+
+// attempted is the Attempt hook of client's: one attempt of a worker's
+// Lock, LockAll or Do (a TryLock is checked when it returns) whose
+// context had not ended must not fail with a false outage either. A
+// probed attempt (a plain waiter woken by a release) may ask the others
+// a quarter of the node timeout late: only masters that answered without
+// delay count for it (noFalseOutage's promptly). An attempt that met a
+// key of another type is left to the wrong-type invariant: one whose
+// round was decided before every such master answered reports
+// ErrQuorumUnavailable (docs/simulation.md, "What it found").
+func (r *run) attempted(ctx context.Context, client int, e redlock.Event) {
+	if !errors.Is(e.Err, redlock.ErrQuorumUnavailable) || ctx.Err() != nil || strings.Contains(e.Err.Error(), "WRONGTYPE") {
+		return
+	}
+	if a, ok := ctx.Value(attemptKey{}).(*attempt); ok && a.each {
+		r.noFalseOutage(client, a.worker, "an attempt", time.Now().Add(-e.Took), e.Err, true)
+	}
+}
+
+// undelayed reports whether no delay of the schedule slowed client's
+// calls to master i from a to b.
+func (r *run) undelayed(client, i int, a, b time.Time) bool {
+	return r.undisturbed(a, b, func(int) bool { return false }, func(f fault) bool {
+		return f.kind == delayed && f.client == client && (f.master == i || f.master == allMasters)
+	})
 }
 
 // storeCut reports whether err is the timeout of client's write sent at
@@ -914,7 +957,7 @@ func cutsOff(f fault, client, i int, slow bool) bool {
 		return slow && (f.client == client || f.client == allClients) && f.delay+f.vary >= nodeTimeout
 	case lostAsk, lostReply:
 		return f.client == client && f.master == i
-	case paused, down, restarted, clockStep, aofLag, failover:
+	case paused, down, restarted, clockStep, aofLag, failover, probeHang:
 		return f.master == i
 	case clientPause, clientSuspend:
 		return f.client == client
@@ -947,12 +990,31 @@ func (r *run) undisturbed(a, b time.Time, pauseCounts func(client int) bool, fau
 			return false
 		}
 	}
-	for _, f := range r.s.Faults {
+	for _, f := range r.faults() {
 		if overlaps(r.start.Add(f.at), r.start.Add(f.at+f.lasts)) && faultCounts(f) {
 			return false
 		}
 	}
 	return true
+}
+
+// faults is the schedule's faults as they took effect: a probe-hang's
+// window does nothing by itself, the hangs it caused stand in its place
+// (each a master stopped for its span, as a paused one is).
+func (r *run) faults() []fault {
+	if !slices.ContainsFunc(r.s.Faults, func(f fault) bool { return f.kind == probeHang }) {
+		return r.s.Faults
+	}
+	r.mu.Lock()
+	hangs := r.hangs
+	r.mu.Unlock()
+	out := make([]fault, 0, len(r.s.Faults)+len(hangs))
+	for _, f := range r.s.Faults {
+		if f.kind != probeHang {
+			out = append(out, f)
+		}
+	}
+	return append(out, hangs...)
 }
 
 // termsPerCandidate is how many terms each client's candidate serves.

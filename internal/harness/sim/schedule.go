@@ -69,11 +69,15 @@ const (
 	mintLostReply  // the counter applies a client's mints, the replies are lost: the next attempt mints again
 	wrongType      // a resource's lock key becomes a hash (an operator's write) on every master, once free there
 	fifthKinds
+
+	// From a seventh stream.
+	probeHang // in its window, a master that a plain waiter's probe reaches may hang (stop answering) for a few node timeouts
 )
 
 var kindNames = [...]string{"delayed", "lost-ask", "lost-reply", "paused", "down", "restarted", "clock-step", "counter-lost", "counter-down", "client-pause", "",
 	"aof-lag", "failover", "clock-fast", "", "client-suspend", "client-wall-step", "spike",
-	"store-delayed", "store-lost-ask", "store-lost-reply", "store-paused", "round-pause", "handoff-pause", "mint-lost-reply", "wrong-type"}
+	"store-delayed", "store-lost-ask", "store-lost-reply", "store-paused", "round-pause", "handoff-pause", "mint-lost-reply", "wrong-type", "",
+	"probe-hang"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -152,6 +156,10 @@ func (f fault) String() string {
 		fmt.Fprintf(&b, ", client %d, +%v", f.client, f.delay)
 	case wrongType:
 		fmt.Fprintf(&b, ", job:%d on every master", f.master)
+	case probeHang:
+		if f.master != allMasters {
+			fmt.Fprintf(&b, ", master %d hung", f.master) // as taken (run.faults)
+		}
 	case clientWallStep:
 		fmt.Fprintf(&b, ", client %d by %v", f.client, f.delay)
 	case spike:
@@ -349,6 +357,18 @@ func Draw(seed uint64, cfg Config) Schedule {
 	}
 	// From a sixth: in one schedule of four, fences above 2^53.
 	s.FarFences = rand.New(rand.NewPCG(seed, 0x5eed6)).IntN(4) == 0
+	// From a seventh: in one schedule of two, a window of one to three
+	// TTLs in which a master that a plain waiter's probe (probe.lua)
+	// reaches hangs, with odds of one in probeHangOdds per probe.
+	r7 := rand.New(rand.NewPCG(seed, 0x5eed7))
+	if r7.IntN(2) == 0 {
+		s.Faults = append(s.Faults, fault{
+			kind:   probeHang,
+			at:     time.Duration(r7.Int64N(int64(span))),
+			lasts:  cfg.TTL + time.Duration(r7.Int64N(int64(2*cfg.TTL))),
+			master: allMasters, // whichever a probe reaches
+		})
+	}
 	return s
 }
 

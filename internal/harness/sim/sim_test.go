@@ -325,6 +325,7 @@ var rarePaths = []string{
 	"mint-lost-reply: a mint applied, its reply lost",
 	"wrong-type: a lock key of another type on every master",
 	"a fence above 2^53",
+	"probe-hang: a master hung as a probe reached it",
 }
 
 // coverage adds up the paths of a run's schedules.

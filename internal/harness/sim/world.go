@@ -63,6 +63,11 @@ type World struct {
 	Seed uint64
 	// Wire, when set, hears of every call a master applies (-sim.wire).
 	Wire func(format string, args ...any)
+	// Hung, when set, hears of a master the world hung itself as a probe
+	// reached it (probe-hang): which, and for how long.
+	Hung func(master int, lasts time.Duration)
+
+	hangProbes atomic.Bool // a probe-hang's window is open
 
 	servers []chan job // by master+1; the counter's first
 	closed  chan struct{}
@@ -73,7 +78,17 @@ type World struct {
 // order when it resumes (a stopped process's socket buffer).
 type pause struct {
 	backlog []func()
+	by      stops // what stops it: it resumes when none does
 }
+
+// stops is what keeps a master paused: a paused fault, a probe-hang, or
+// both (the two overlap, and each ends on its own).
+type stops uint8
+
+const (
+	byFault stops = 1 << iota
+	byHang
+)
 
 // cut is what the network does to the calls of one client to one master.
 type cut struct {
@@ -168,25 +183,74 @@ const (
 )
 
 // Pause stops master i: its calls wait, and are applied when it resumes.
-func (w *World) Pause(i int) {
+func (w *World) Pause(i int) { w.stop(i, byFault) }
+
+// Resume applies the backlog of master i in order and lets calls through,
+// unless a hang holds it still.
+func (w *World) Resume(i int) { w.start(i, byFault) }
+
+// stop stops master i for why; it reports whether why held it already.
+func (w *World) stop(i int, why stops) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.paused[i] == nil {
 		w.paused[i] = &pause{}
 	}
+	held := w.paused[i].by&why != 0
+	w.paused[i].by |= why
+	return held
 }
 
-// Resume applies the backlog of master i in order and lets calls through.
-func (w *World) Resume(i int) {
+// start ends why's stop of master i; once nothing stops it, its backlog
+// is applied in order.
+func (w *World) start(i int, why stops) {
 	w.mu.Lock()
 	p := w.paused[i]
+	if p == nil {
+		w.mu.Unlock()
+		return
+	}
+	p.by &^= why
+	if p.by != 0 {
+		w.mu.Unlock()
+		return
+	}
 	w.paused[i] = nil
 	w.mu.Unlock()
-	if p != nil {
-		for _, f := range p.backlog {
-			f()
-		}
+	for _, f := range p.backlog {
+		f()
 	}
+}
+
+// probeHangOdds: in a probe-hang's window, one probe in this many hangs
+// the master it reaches.
+const probeHangOdds = 4
+
+// hangOn hangs master as a probe (msg) reaches it, in a probe-hang's window
+// and when the draw (from the seed, the instant and the call, as jitter's)
+// says so: for one to four node timeouts its calls, this one first, queue
+// unanswered, and are applied in order at its resume, as a paused or hung
+// process's are. A master already hung stays as it is.
+func (w *World) hangOn(master int, msg uint64) {
+	if !w.hangProbes.Load() {
+		return
+	}
+	x := mix(w.Seed ^ msg ^ uint64(time.Now().UnixNano())*0x9e3779b97f4a7c15 ^ uint64(master+2)<<40 ^ 0x4a46)
+	if x%probeHangOdds != 0 {
+		return
+	}
+	lasts := nodeTimeout + time.Duration(x/probeHangOdds%uint64(3*nodeTimeout))
+	if w.stop(master, byHang) {
+		return
+	}
+	if w.Hung != nil {
+		w.Hung(master, lasts)
+	}
+	w.hit("probe-hang: a master hung as a probe reached it")
+	go func() {
+		time.Sleep(lasts)
+		w.start(master, byHang)
+	}()
 }
 
 // Freeze stops client's process: a call it makes to a master from now on
@@ -317,14 +381,20 @@ func mix(x uint64) uint64 {
 // lost on the way, applied but unanswered, or queued behind a pause. msg
 // is a hash of the call (see [link.jitter]).
 func (l *link) through(ctx context.Context, msg uint64, what string, f func(ctx context.Context) (any, error)) (any, error) {
+	return l.throughAs(ctx, msg, what, false, f)
+}
+
+// throughAs is through for a call that is a plain waiter's probe or not:
+// a probe may hang its master (probe-hang).
+func (l *link) throughAs(ctx context.Context, msg uint64, what string, probe bool, f func(ctx context.Context) (any, error)) (any, error) {
 	l.sending()
-	v, err := l.deliver(ctx, msg, what, f)
+	v, err := l.deliver(ctx, msg, what, probe, f)
 	l.answered(!errors.Is(err, errTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, memredis.ErrDown))
 	return v, err
 }
 
 // deliver is through's delivery of one call.
-func (l *link) deliver(ctx context.Context, msg uint64, what string, f func(ctx context.Context) (any, error)) (any, error) {
+func (l *link) deliver(ctx context.Context, msg uint64, what string, probe bool, f func(ctx context.Context) (any, error)) (any, error) {
 	if l.w.Wire != nil {
 		g := f
 		f = func(ctx context.Context) (any, error) {
@@ -360,6 +430,9 @@ func (l *link) deliver(ctx context.Context, msg uint64, what string, f func(ctx 
 	if c.dropAsk {
 		<-ctx.Done()
 		return nil, errTimeout
+	}
+	if probe {
+		l.w.hangOn(l.master, msg)
 	}
 	l.w.mu.Lock()
 	if p := l.paused(); p != nil {
@@ -548,6 +621,10 @@ func wait(ctx context.Context, d time.Duration) error {
 type attempt struct {
 	mu     sync.Mutex
 	tokens map[string]bool
+	// A worker's Lock, LockAll or Do, whose attempts the Attempt hook
+	// checks one by one (attempted): which worker of its client.
+	each   bool
+	worker int
 }
 
 type attemptKey struct{}
@@ -609,7 +686,7 @@ func (l *link) Eval(ctx context.Context, s *driver.Script, keys []string, args .
 		l.lost.Store(msg, errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded))
 		return v, err
 	}
-	return l.through(ctx, msg, "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), func(ctx context.Context) (any, error) {
+	return l.throughAs(ctx, msg, "script "+s.Hash()[:8]+" "+strings.Join(keys, " "), isProbe(s), func(ctx context.Context) (any, error) {
 		v, err := l.conn.Eval(ctx, s, keys, args...)
 		if handoff && (v == int64(2) || v == int64(3)) {
 			// The key handed to a waiter of this client in the round:
@@ -630,13 +707,22 @@ const handoffMark = "The release that only a fair client sends"
 // releaseMark begins the release script (redlock/scripts/release.lua).
 const releaseMark = "-- The release of a lock (queue.lua's release_key"
 
+// probeMark begins the plain waiter's probe script
+// (redlock/internal/plain/scripts/probe.lua): its first call of an attempt
+// woken by a release, to the master every waiter of the resource asks first.
+const probeMark = "-- The first call of an attempt woken by a release"
+
 var handoffScripts sync.Map // *driver.Script -> bool
 
 var releaseScripts sync.Map // *driver.Script -> bool
 
+var probeScripts sync.Map // *driver.Script -> bool
+
 func isHandoff(s *driver.Script) bool { return marked(&handoffScripts, s, handoffMark) }
 
 func isRelease(s *driver.Script) bool { return marked(&releaseScripts, s, releaseMark) }
+
+func isProbe(s *driver.Script) bool { return marked(&probeScripts, s, probeMark) }
 
 // marked reports whether s's source holds mark, once per script.
 func marked(cache *sync.Map, s *driver.Script, mark string) bool {

@@ -211,7 +211,7 @@ const (
 // the others are asked without it.
 func (a *probeAsk[L]) Prepare(L, time.Duration) {
 	a.timer = time.AfterFunc(probeWait(a.c.NodeTimeout()), func() {
-		if a.state.CompareAndSwap(probeWaiting, probeGoOn) {
+		if !bugs.ProbeWaitsForever && a.state.CompareAndSwap(probeWaiting, probeGoOn) {
 			a.late.Store(true)
 			close(a.probed)
 		}
@@ -257,7 +257,7 @@ func (a *probeAsk[L]) Asked(L, *quorum.Round, time.Time, time.Duration) { a.time
 // never asked, whatever the round recorded for them, unless they were
 // asked without it (late).
 func (a *probeAsk[L]) Unasked(round *quorum.Round, i int) bool {
-	return i != a.p && !a.late.Load() && round.Answer(a.p) == quorum.Pending
+	return !bugs.ProbeWaitsForever && i != a.p && !a.late.Load() && round.Answer(a.p) == quorum.Pending
 }
 
 // probeCall is the call to the probe master, m: SET NX, and on a refusal
