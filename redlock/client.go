@@ -416,8 +416,9 @@ func isWrongType(err error) bool {
 // joined with what the round got on each master it asked, in the masters'
 // order (see gotError), then the failures of the release that followed,
 // and ctx.Err() when the context ended the round. A master that refused
-// because its key has another type (found by the release that followed)
-// counts as failed.
+// because its key has another type (found by the release that followed,
+// or by a call that answered after the round was decided) counts as
+// failed.
 func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Asker[*Lock], released []release) error {
 	if round.TimedOut {
 		c.diagnosed(round)
@@ -428,6 +429,11 @@ func (c *Client) roundError(ctx context.Context, round *quorum.Round, a wait.Ask
 		err := round.Err(i)
 		if errors.Is(err, wait.ErrNotAsked) || a != nil && a.Unasked(round, i) {
 			continue // the asker did not make this call: it says nothing of the master
+		}
+		if _, late, returned := round.Returned(i); err == nil && returned && isWrongType(late) {
+			// It answered after the round was decided (its undo waited
+			// for it): a wrong type counts whenever it came.
+			err = late
 		}
 		switch {
 		case err == nil && round.Answer(i) != quorum.Agreed && isWrongType(released[i].err()):

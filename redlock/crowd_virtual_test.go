@@ -433,3 +433,78 @@ func TestHiddenHolderIsNoSplit(t *testing.T) {
 		assert.Equal(t, int32(1+splitRetries), rounds.Load(), "split votes were not tried again")
 	})
 }
+
+// slowConn answers every SET NX and script late, by delay, as a master on
+// a slow link would.
+type slowConn struct {
+	full
+	delay time.Duration
+}
+
+func (s slowConn) SetNX(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	time.Sleep(s.delay)
+	return s.full.SetNX(ctx, key, value, ttl)
+}
+
+func (s slowConn) Eval(ctx context.Context, sc *driver.Script, keys []string, args ...any) (any, error) {
+	time.Sleep(s.delay)
+	return s.full.Eval(ctx, sc, keys, args...)
+}
+
+// TestWrongTypeWithMasterDown: a waiting Lock, plain or fair, whose
+// resource's key turns into a hash on four masters of five while the
+// fifth is down (or hung) stops with ErrWrongType, not an outage retried
+// until its context ends. The round is decided once a majority is out of
+// reach (the down master and two wrong types); the wrong types of the two
+// masters that answered after that were listed in its error but not
+// counted, and two of five made it ErrQuorumUnavailable (found by the
+// simulator's per-attempt check of "no false outage"). Only the fair
+// waiter's round met it here (its script fails on a wrong type; a plain
+// round's SET NX is refused, and the release that follows finds it); the
+// plain and hung cases guard the rest.
+func TestWrongTypeWithMasterDown(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		for _, hang := range []bool{false, true} {
+			name := map[bool]string{false: "plain", true: "fair"}[fair] + map[bool]string{false: "/down", true: "/hung"}[hang]
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					servers, masters := memMasters(5)
+					var opts []Option
+					if fair {
+						opts = append(opts, WithFairness(time.Second))
+					}
+					holder := virtualClient(t, masters, opts...)
+					// The waiter's link to two of the four is slow: they
+					// answer after its rounds are decided.
+					slow := slices.Clone(masters)
+					for _, i := range []int{2, 3} {
+						slow[i] = slowConn{masters[i].(full), 10 * time.Millisecond}
+					}
+					waiter := virtualClient(t, slow, opts...)
+					_, err := holder.TryLock(context.Background(), "job", time.Second)
+					require.NoError(t, err)
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					got := lockAsync(ctx, waiter, "job", time.Minute)
+					time.Sleep(100 * time.Millisecond)
+					synctest.Wait()
+					eachMaster(t, masters[:4], hashScript, []string{"lock:job"})
+					if hang {
+						servers[4].Hang()
+						defer servers[4].Resume()
+					} else {
+						servers[4].Fail(errors.New("connection refused"))
+					}
+					start := time.Now()
+					r := <-got
+					require.ErrorIs(t, r.err, ErrWrongType)
+					assert.NotErrorIs(t, r.err, ErrQuorumUnavailable)
+					assert.Less(t, r.at.Sub(start), 2*time.Second, "it stopped late")
+					// The slow masters' calls of the waiter's leaving
+					// finish before the bubble ends.
+					time.Sleep(time.Second)
+				})
+			})
+		}
+	}
+}

@@ -765,9 +765,10 @@ func (r *run) noFalseOutage(client, k int, op string, began time.Time, err error
 // probed attempt (a plain waiter woken by a release) may ask the others
 // a quarter of the node timeout late: only masters that answered without
 // delay count for it (noFalseOutage's promptly). An attempt that met a
-// key of another type is left to the wrong-type invariant: one whose
-// round was decided before every such master answered reports
-// ErrQuorumUnavailable (docs/simulation.md, "What it found").
+// key of another type is left to the wrong-type invariant: a master whose
+// key has another type cannot vote and counts as failed, so a few of them
+// beside masters down make an outage by design (docs/simulation.md,
+// "What it found").
 func (r *run) attempted(ctx context.Context, client int, e redlock.Event) {
 	if !errors.Is(e.Err, redlock.ErrQuorumUnavailable) || ctx.Err() != nil || strings.Contains(e.Err.Error(), "WRONGTYPE") {
 		return
