@@ -305,11 +305,12 @@ func (c *Client) lockRound(ctx context.Context, l *Lock, ttl time.Duration, a wa
 	ttl = ttl.Truncate(time.Millisecond)
 	l.ttl = ttl
 	c.watcher.Issued(ttl) // before the round: this TTL is one a restarted master may have lost
+	group := c.group
 	if a != nil {
-		a.Prepare(l, ttl)
+		group.Timeout += a.Prepare(l, ttl)
 	}
 	start, boot := c.clock.now()
-	round := c.group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
+	round := group.Do(ctx, c.observeVotes(func(ctx context.Context, i int) (bool, error) {
 		var set bool
 		var err error
 		if a == nil {

@@ -508,3 +508,41 @@ func TestWrongTypeWithMasterDown(t *testing.T) {
 		}
 	}
 }
+
+// TestProbedRoundOnSlowNetwork: a woken waiter whose every call takes 40
+// ms (four fifths of the 50 ms node timeout) wins the released lock with
+// its first attempt. Its round asks the probe master first and the others
+// a quarter of the node timeout later; they had only the rest of one node
+// timeout to answer, every round failed as an outage on all masters but
+// the probe's, and the failures took the masters out of the client's
+// breaker. The round now lasts that quarter longer.
+func TestProbedRoundOnSlowNetwork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(5)
+		holder := virtualClient(t, masters)
+		slow := make([]Master, len(masters))
+		for i, m := range masters {
+			slow[i] = slowConn{m.(full), 40 * time.Millisecond}
+		}
+		var outages atomic.Int64
+		waiter := virtualClient(t, slow, WithHooks(Hooks{Attempt: func(_ context.Context, e Event) {
+			if errors.Is(e.Err, ErrQuorumUnavailable) {
+				outages.Add(1)
+			}
+		}}))
+		l, err := holder.TryLock(context.Background(), "job", time.Minute)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got := lockAsync(ctx, waiter, "job", time.Minute)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		released := time.Now()
+		require.NoError(t, l.Unlock(context.Background()))
+		r := <-got
+		require.NoError(t, r.err)
+		assert.Less(t, r.at.Sub(released), 500*time.Millisecond, "the woken waiter won late")
+		assert.Zero(t, outages.Load(), "attempts that failed as outages")
+		require.NoError(t, r.l.Unlock(context.Background()))
+	})
+}

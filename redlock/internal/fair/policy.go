@@ -252,12 +252,13 @@ type queuedAsk[L Lock] struct {
 // Prepare readies the attempt: whether it writes its entry's claim,
 // decided under the line's mutex with the picks of this client's releases
 // (Line.Claims).
-func (a *queuedAsk[L]) Prepare(L, time.Duration) {
+func (a *queuedAsk[L]) Prepare(L, time.Duration) time.Duration {
 	n := a.f.c.Masters()
 	a.rep = &replies{r: make([]push.Holder, n), foreign: make([]int64, n)}
 	if a.f.p.line.Claims(a.f.q.Waiter) { // marks q Claimed
 		a.rep.claim = "1"
 	}
+	return 0
 }
 
 // Ask is master i's call of the attempt: true when the key is ours.

@@ -208,14 +208,20 @@ const (
 )
 
 // Prepare starts the wait for the probe master's answer: after probeWait
-// the others are asked without it.
-func (a *probeAsk[L]) Prepare(L, time.Duration) {
-	a.timer = time.AfterFunc(probeWait(a.c.NodeTimeout()), func() {
+// the others are asked without it. The round lasts probeWait longer than
+// a node timeout, so that the others, asked up to probeWait in, have a
+// node timeout to answer: on a network whose round trip is over three
+// quarters of the node timeout, a woken waiter's rounds failed on every
+// master but the probe's, as an outage.
+func (a *probeAsk[L]) Prepare(L, time.Duration) time.Duration {
+	wait := probeWait(a.c.NodeTimeout())
+	a.timer = time.AfterFunc(wait, func() {
 		if !bugs.ProbeWaitsForever && a.state.CompareAndSwap(probeWaiting, probeGoOn) {
 			a.late.Store(true)
 			close(a.probed)
 		}
 	})
+	return wait
 }
 
 // probeWait is how long a probed round waits for its probe master before

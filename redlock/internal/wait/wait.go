@@ -101,8 +101,11 @@ type Waiter[L any] interface {
 // call, the plain policy's probe master first); nil asks every master at
 // once to set the keys.
 type Asker[L any] interface {
-	// Prepare readies the attempt on l, once the round is to start.
-	Prepare(l L, ttl time.Duration)
+	// Prepare readies the attempt on l, once the round is to start. grace
+	// is how much longer than the node timeout the round may last, for
+	// the calls the asker sends late (a probed attempt's, to the masters
+	// it asks after the probe master): each of them gets a node timeout.
+	Prepare(l L, ttl time.Duration) (grace time.Duration)
 	// Ask is master i's call of the attempt: true when l's key is ours.
 	Ask(ctx context.Context, i int, l L, ttl time.Duration) (bool, error)
 	// Asked hears of the round once it is decided, with its start on both
