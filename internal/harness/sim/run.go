@@ -1184,6 +1184,11 @@ func (r *run) hold(ctx context.Context, l *redlock.Lock, client, k int, rng, rng
 		}
 	}
 	r.write(h, client, k)
+	// The write may wait (a store that is slow or paused): the lock may
+	// have ended meanwhile (a renewal that failed), or a renewer moved it,
+	// and Until says which (seed 5988897912436346571: a write sent at
+	// 3.22 s returned at 4.22 s; the renewal had failed at 4.09 s).
+	h.until = clk.world(l.Until())
 	h.end = time.Now()
 	h.released = h.end
 	switch {
