@@ -411,8 +411,8 @@ func TestFencingTables(t *testing.T) {
 	checked := 0
 	for _, tb := range tables(md) {
 		name := source(tb.caption)
-		if name == "" {
-			continue
+		if name == "" || len(tb.header) > 0 && tb.header[0] == "store (guard)" {
+			continue // the stores' table is checked below
 		}
 		checked++
 		var run struct{ Results []pass }
@@ -442,8 +442,8 @@ func TestFencingTables(t *testing.T) {
 	assert.Equal(t, 1, checked, "the embedded table")
 
 	// "On each store": one row per store, each its JSON file's two passes.
-	files := map[string]string{"memory": "fencing-memory-100k.json", "SQLite": "fencing-sqlite-100k.json",
-		"MariaDB": "fencing-mysql-100k.json", "PostgreSQL": "fencing-postgres-100k.json"}
+	files := map[string]string{"memory": "fencing-memory-1m.json", "SQLite": "fencing-sqlite-1m.json",
+		"MariaDB": "fencing-mysql-1m.json", "PostgreSQL": "fencing-postgres-1m.json"}
 	stores := 0
 	for _, tb := range tables(md) {
 		if len(tb.header) == 0 || tb.header[0] != "store (guard)" {
