@@ -36,12 +36,25 @@ func (c *Client) vote(i int, agreed bool, err error) (bool, error) {
 
 // enter passes master i's breaker before a call on ctx: an error means the
 // call must not be made: the master is stuck ([errStuck]) or refuses
-// connections (see refusing). Without an error, exit follows with the same
-// probe and the call's error.
+// connections (see refusing). A call that comes while the breaker's probe
+// is in flight waits for the probe, at most until ctx ends, and goes ahead
+// if it got a reply. Without an error, exit follows with the same probe
+// and the call's error.
 func (c *Client) enter(ctx context.Context, i int) (probe bool, err error) {
-	ok, probe := c.health[i].Enter(c.nanos(), int64(c.cfg.nodeTimeout))
-	if !ok {
-		return false, errStuck
+	for {
+		ok, p, probing := c.health[i].Enter(c.nanos(), int64(c.cfg.nodeTimeout))
+		if ok {
+			probe = p
+			break
+		}
+		if probing == nil {
+			return false, errStuck
+		}
+		select {
+		case <-probing:
+		case <-ctx.Done():
+			return false, errStuck
+		}
 	}
 	if err := c.refusing(ctx, i); err != nil {
 		c.exit(ctx, i, probe, err)

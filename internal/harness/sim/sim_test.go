@@ -90,6 +90,8 @@ var regressions = []uint64{
 	4480757040280666823, // the same bug
 	4480757040280669688, // the same bug
 	4480757040280684745, // a queued waiter's lost attempt left the queue on the masters where it had taken the key, and a later arrival queued there was handed the lock first
+	5988897912436339394, // a round begun while the breaker's probe was in flight was refused on masters that answered the probe (after a suspend)
+	5988897912436342174, // the same bug (after a master's pause and a slowed link)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.

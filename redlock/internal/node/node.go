@@ -19,8 +19,12 @@ import (
 // (the calls that come at the very instant of a probe, by the caller's
 // clock, probe with it: which of two rounds begun at one instant probes
 // does not then depend on which goroutine ran first, and a simulated
-// schedule replays its trace). The first reply (to the probe or to a call
-// that was stuck) closes the breaker. Whether out or not, a call to a hung
+// schedule replays its trace). A call that comes while a probe is in
+// flight may wait for its end (see Enter): a client idle through an outage
+// finds its masters out when it calls again, and the second of two calls
+// made just then must not fail for masters that answer the first. The
+// first reply (to the probe or to a call that was stuck) closes the
+// breaker. Whether out or not, a call to a hung
 // master holds a goroutine for at most the node timeout, except those that
 // got a pooled connection: they wait in a read until go-redis's
 // ReadTimeout, at most PoolSize of them. So what a hung master holds is at
@@ -34,8 +38,9 @@ type Breaker struct {
 	failedLast atomic.Bool  // the last call that returned got no reply
 	failing    atomic.Int64 // when the calls began to fail without a reply
 	probeMu    sync.Mutex
-	lastProbe  int64 // when the last probe started; probeMu guards it and probes
-	probes     int   // probes in flight
+	lastProbe  int64         // when the last probe started; probeMu guards it, probes and probeEnd
+	probes     int           // probes in flight
+	probeEnd   chan struct{} // closed when the probes in flight end; nil: none
 }
 
 // OutAfter is how many node timeouts without a reply take a master out.
@@ -45,8 +50,12 @@ const OutAfter = 4
 
 // Enter is called before a call to the master at now (ns), with the node
 // timeout in ns; it returns false when the call must not be made. A true
-// probe must be passed to Exit or Abstain.
-func (h *Breaker) Enter(now, timeout int64) (ok, probe bool) {
+// probe must be passed to Exit or Abstain. When the call must not be made
+// because a probe is in flight, probing is closed when that probe ends:
+// the caller may wait for it and Enter again (the probe's reply closes the
+// breaker), so that a call that comes just after the probe is not failed
+// for a master that answers.
+func (h *Breaker) Enter(now, timeout int64) (ok, probe bool, probing <-chan struct{}) {
 	n := h.inflight.Load()
 	quiet := OutAfter * timeout
 	hangs := n > 0 && now-h.busySince.Load() > quiet
@@ -55,12 +64,16 @@ func (h *Breaker) Enter(now, timeout int64) (ok, probe bool) {
 		h.probeMu.Lock()
 		ok := h.probes == 0 && now-h.lastProbe >= timeout || h.probes > 0 && now == h.lastProbe
 		if ok {
+			if h.probes == 0 {
+				h.probeEnd = make(chan struct{})
+			}
 			h.probes++
 			h.lastProbe = now
 		}
+		probing := h.probeEnd
 		h.probeMu.Unlock()
 		if !ok {
-			return false, false
+			return false, false, probing
 		}
 		probe = true
 	}
@@ -70,7 +83,7 @@ func (h *Breaker) Enter(now, timeout int64) (ok, probe bool) {
 		h.busySince.Store(now)
 	}
 	h.inflight.Add(1)
-	return true, probe
+	return true, probe, nil
 }
 
 // Exit is called when the call returns; replied says whether the master
@@ -95,6 +108,10 @@ func (h *Breaker) Exit(now int64, probe, replied bool) (back bool) {
 func (h *Breaker) probeDone() {
 	h.probeMu.Lock()
 	h.probes--
+	if h.probes == 0 {
+		close(h.probeEnd)
+		h.probeEnd = nil
+	}
 	h.probeMu.Unlock()
 }
 

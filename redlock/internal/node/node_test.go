@@ -16,45 +16,60 @@ func TestBreaker(t *testing.T) {
 	quiet := OutAfter * timeout
 	t.Run("hung", func(t *testing.T) {
 		var h Breaker
-		ok, probe := h.Enter(0, timeout)
+		ok, probe, _ := h.Enter(0, timeout)
 		require.True(t, ok)
 		require.False(t, probe)
 		// A second call while the first is in flight: fine.
-		ok, probe = h.Enter(10*ms, timeout)
+		ok, probe, _ = h.Enter(10*ms, timeout)
 		require.True(t, ok)
 		require.False(t, probe)
 		h.Exit(20*ms, false, true) // the second replied
 		// The first has been out longer than the quiet time, but the master
 		// replied since: fine.
-		ok, _ = h.Enter(quiet+10*ms, timeout)
+		ok, _, _ = h.Enter(quiet+10*ms, timeout)
 		require.True(t, ok)
 		h.Exit(quiet+10*ms, false, true)
 		last := quiet + 10*ms // the last reply
 		// Nothing replied for longer than the quiet time while a call was in
 		// flight: out. One probe.
-		ok, _ = h.Enter(last+quiet-ms, timeout)
+		ok, _, _ = h.Enter(last+quiet-ms, timeout)
 		require.True(t, ok, "not out before the quiet time")
 		now := last + quiet + ms
-		ok, probe = h.Enter(now, timeout)
+		ok, probe, _ = h.Enter(now, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
 		// A call at the very instant of the probe probes with it (which of
 		// two rounds begun at one instant probes must not depend on which
 		// goroutine ran first).
-		ok, probe = h.Enter(now, timeout)
+		ok, probe, _ = h.Enter(now, timeout)
 		require.True(t, ok, "a call at the instant of the probe")
 		require.True(t, probe)
 		h.Abstain(probe)
-		ok, _ = h.Enter(now+ms, timeout)
+		ok, _, probing := h.Enter(now+ms, timeout)
 		assert.False(t, ok, "a second call while the probe runs")
+		require.NotNil(t, probing, "a call held back by a probe may wait for it")
+		select {
+		case <-probing:
+			t.Fatal("the probe's end told before it ended")
+		default:
+		}
 		h.Exit(now+2*ms, true, false) // the probe failed without a reply
-		ok, _ = h.Enter(now+3*ms, timeout)
+		select {
+		case <-probing:
+		default:
+			t.Fatal("the probe's end not told")
+		}
+		ok, _, probing = h.Enter(now+3*ms, timeout)
 		assert.False(t, ok, "a new probe before a node timeout has passed since the last")
-		ok, probe = h.Enter(now+timeout+ms, timeout)
+		assert.Nil(t, probing, "no probe in flight to wait for")
+		ok, probe, _ = h.Enter(now+timeout+ms, timeout)
 		require.True(t, ok, "a new probe a node timeout after the last")
 		require.True(t, probe)
+		_, _, probing = h.Enter(now+timeout+ms+1, timeout)
+		require.NotNil(t, probing)
 		h.Exit(now+timeout+2*ms, true, true) // the master replied: closed again
-		ok, probe = h.Enter(now+timeout+3*ms, timeout)
+		<-probing
+		ok, probe, _ = h.Enter(now+timeout+3*ms, timeout)
 		assert.True(t, ok)
 		assert.False(t, probe)
 	})
@@ -64,26 +79,26 @@ func TestBreaker(t *testing.T) {
 		h.Exit(0, false, true)
 		// Calls that fail at once: tried until the quiet time has passed.
 		for now := ms; now <= quiet; now += 10 * ms {
-			ok, probe := h.Enter(now, timeout)
+			ok, probe, _ := h.Enter(now, timeout)
 			require.True(t, ok, "at %d ms", now/ms)
 			require.False(t, probe)
 			h.Exit(now, false, false)
 		}
 		// No reply for the quiet time and the last call failed: out.
 		now := quiet + 5*ms
-		ok, probe := h.Enter(now, timeout)
+		ok, probe, _ := h.Enter(now, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
 		h.Exit(now+ms, true, false)
 		for later := now + 2*ms; later < now+timeout; later += 5 * ms {
-			ok, _ := h.Enter(later, timeout)
+			ok, _, _ := h.Enter(later, timeout)
 			assert.False(t, ok, "at %d ms: one probe per node timeout", later/ms)
 		}
-		ok, probe = h.Enter(now+timeout, timeout)
+		ok, probe, _ = h.Enter(now+timeout, timeout)
 		require.True(t, ok)
 		require.True(t, probe)
 		h.Exit(now+timeout+ms, true, true) // back
-		ok, probe = h.Enter(now+timeout+2*ms, timeout)
+		ok, probe, _ = h.Enter(now+timeout+2*ms, timeout)
 		assert.True(t, ok)
 		assert.False(t, probe)
 	})
@@ -95,12 +110,12 @@ func TestBreaker(t *testing.T) {
 		// a reply, so the master stays in until they fail for the quiet time.
 		hour := int64(time.Hour)
 		for now := hour; now <= hour+quiet; now += 10 * ms {
-			ok, probe := h.Enter(now, timeout)
+			ok, probe, _ := h.Enter(now, timeout)
 			require.True(t, ok, "at %d ms after the idle hour", (now-hour)/ms)
 			require.False(t, probe)
 			h.Exit(now, false, false)
 		}
-		_, probe := h.Enter(hour+quiet+20*ms, timeout)
+		_, probe, _ := h.Enter(hour+quiet+20*ms, timeout)
 		assert.True(t, probe, "out once the failures lasted the quiet time")
 	})
 	t.Run("idle, then a burst", func(t *testing.T) {
@@ -110,9 +125,9 @@ func TestBreaker(t *testing.T) {
 		// Idle for an hour: the first calls of a busy spell are never taken
 		// for stuck ones.
 		hour := int64(time.Hour)
-		ok, _ := h.Enter(hour, timeout)
+		ok, _, _ := h.Enter(hour, timeout)
 		require.True(t, ok)
-		ok, probe := h.Enter(hour+ms, timeout)
+		ok, probe, _ := h.Enter(hour+ms, timeout)
 		assert.True(t, ok)
 		assert.False(t, probe)
 	})

@@ -1,0 +1,49 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCallAfterOutageWaitsForProbe: a client idle through an outage of
+// every master finds them all out of its breaker when it calls again. The
+// first round probes them; a second round begun a millisecond later, while
+// the probes are in flight, waits for them (they get replies) instead of
+// failing at once as an outage of masters that answer. The simulator found
+// it: a client's machine suspended, then two of its workers locking
+// together when it woke.
+func TestCallAfterOutageWaitsForProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		slow := make([]Master, len(masters))
+		for i, m := range masters {
+			slow[i] = slowConn{m.(full), 5 * time.Millisecond}
+		}
+		c := virtualClient(t, slow)
+		ctx := context.Background()
+		for _, s := range servers {
+			s.Fail(errors.New("connection refused"))
+		}
+		_, err := c.TryLock(ctx, "a", 100*time.Millisecond)
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		// Idle past the breaker's quiet time; the lost attempt's release
+		// retries end with its key's TTL.
+		time.Sleep(time.Second)
+		for _, s := range servers {
+			s.Fail(nil)
+		}
+		first := lockAsync(ctx, c, "a", time.Minute)
+		time.Sleep(time.Millisecond)
+		l, err := c.TryLock(ctx, "b", time.Minute)
+		require.NoError(t, err, "the round begun while the breaker's probes were in flight")
+		require.NoError(t, l.Unlock(ctx))
+		r := <-first
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Unlock(ctx))
+	})
+}
