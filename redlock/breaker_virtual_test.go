@@ -47,3 +47,39 @@ func TestCallAfterOutageWaitsForProbe(t *testing.T) {
 		require.NoError(t, r.l.Unlock(ctx))
 	})
 }
+
+// TestProbeEndedByCallerLeavesNextProbe: when the call that took the
+// breaker's probe is ended by its caller's context (an Extend whose
+// holder gave up, a TryLock in a hurry), the probe told nothing of the
+// master, and the next round probes again at once instead of skipping
+// the masters for a node timeout (found by the simulator: a holder's
+// Extend ended by its context, then a false outage of its client's next
+// attempt).
+func TestProbeEndedByCallerLeavesNextProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(3)
+		slow := make([]Master, len(masters))
+		for i, m := range masters {
+			slow[i] = slowConn{m.(full), 5 * time.Millisecond}
+		}
+		c := virtualClient(t, slow)
+		ctx := context.Background()
+		for _, s := range servers {
+			s.Fail(errors.New("connection refused"))
+		}
+		_, err := c.TryLock(ctx, "a", 100*time.Millisecond)
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		time.Sleep(time.Second)
+		for _, s := range servers {
+			s.Fail(nil)
+		}
+		hurry, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		_, err = c.TryLock(hurry, "a", time.Minute)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		time.Sleep(10 * time.Millisecond) // the probes' calls have returned
+		l, err := c.TryLock(ctx, "b", time.Minute)
+		require.NoError(t, err, "the round after a probe its caller ended")
+		require.NoError(t, l.Unlock(ctx))
+	})
+}

@@ -92,6 +92,8 @@ var regressions = []uint64{
 	4480757040280684745, // a queued waiter's lost attempt left the queue on the masters where it had taken the key, and a later arrival queued there was handed the lock first
 	5988897912436339394, // a round begun while the breaker's probe was in flight was refused on masters that answered the probe (after a suspend)
 	5988897912436342174, // the same bug (after a master's pause and a slowed link)
+	325611493264441401,  // a breaker probe ended by its caller's context held the master out for a node timeout
+	325611493264442070,  // an Unlock just after a probed round waited for that round's calls (the checker's bound)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.

@@ -38,8 +38,10 @@ type Breaker struct {
 	failedLast atomic.Bool  // the last call that returned got no reply
 	failing    atomic.Int64 // when the calls began to fail without a reply
 	probeMu    sync.Mutex
-	lastProbe  int64         // when the last probe started; probeMu guards it, probes and probeEnd
+	lastProbe  int64         // when the last probe started; probeMu guards it and the fields below
+	prevProbe  int64         // lastProbe before the probes in flight
 	probes     int           // probes in flight
+	probeTold  bool          // a probe in flight has returned with the master's outcome
 	probeEnd   chan struct{} // closed when the probes in flight end; nil: none
 }
 
@@ -66,6 +68,7 @@ func (h *Breaker) Enter(now, timeout int64) (ok, probe bool, probing <-chan stru
 		if ok {
 			if h.probes == 0 {
 				h.probeEnd = make(chan struct{})
+				h.prevProbe, h.probeTold = h.lastProbe, false
 			}
 			h.probes++
 			h.lastProbe = now
@@ -99,16 +102,22 @@ func (h *Breaker) Exit(now int64, probe, replied bool) (back bool) {
 	}
 	h.inflight.Add(-1)
 	if probe {
-		h.probeDone()
+		h.probeDone(true)
 	}
 	return back
 }
 
-// probeDone ends a probe.
-func (h *Breaker) probeDone() {
+// probeDone ends a probe; told says whether it returned with the master's
+// outcome. Probes that all ended telling nothing do not count as one: the
+// next call may probe at once.
+func (h *Breaker) probeDone(told bool) {
 	h.probeMu.Lock()
 	h.probes--
+	h.probeTold = h.probeTold || told
 	if h.probes == 0 {
+		if !h.probeTold {
+			h.lastProbe = h.prevProbe
+		}
 		close(h.probeEnd)
 		h.probeEnd = nil
 	}
@@ -116,11 +125,12 @@ func (h *Breaker) probeDone() {
 }
 
 // Abstain is Exit for a call that tells nothing of the master: the
-// caller's context ended it.
+// caller's context ended it. A probe that abstains leaves the next probe
+// to the next call (a caller's deadline must not hold the master out).
 func (h *Breaker) Abstain(probe bool) {
 	h.inflight.Add(-1)
 	if probe {
-		h.probeDone()
+		h.probeDone(false)
 	}
 }
 

@@ -118,6 +118,26 @@ func TestBreaker(t *testing.T) {
 		_, probe, _ := h.Enter(hour+quiet+20*ms, timeout)
 		assert.True(t, probe, "out once the failures lasted the quiet time")
 	})
+	t.Run("a probe that abstains", func(t *testing.T) {
+		var h Breaker
+		h.Enter(0, timeout)
+		h.Exit(0, false, false) // down from here on
+		now := quiet + ms
+		ok, probe, _ := h.Enter(now, timeout)
+		require.True(t, ok)
+		require.True(t, probe)
+		_, _, probing := h.Enter(now+ms, timeout)
+		require.NotNil(t, probing)
+		h.Abstain(probe) // the caller's context ended the probe
+		<-probing
+		ok, probe, _ = h.Enter(now+2*ms, timeout)
+		require.True(t, ok, "the next call probes: the last probe told nothing")
+		require.True(t, probe)
+		h.Exit(now+3*ms, true, false) // this one failed without a reply
+		ok, _, probing = h.Enter(now+4*ms, timeout)
+		assert.False(t, ok, "no probe within a node timeout of one that failed")
+		assert.Nil(t, probing)
+	})
 	t.Run("idle, then a burst", func(t *testing.T) {
 		var h Breaker
 		h.Enter(0, timeout)
