@@ -214,10 +214,25 @@ func (e *Election) Role() string { return e.role }
 // Campaign waits until this candidate leads the role, or ctx ends, and
 // returns the term. A release of the lock by the leader wakes it at once;
 // otherwise it wins when the leader's lease ends. The term does not end
-// with ctx: end it with [Term.Resign]. Errors: the lock's (joined with
-// ctx.Err() when ctx ended the wait), [ErrNoFence], or a failure to start
-// renewal or to publish the identity, after which the lock was released.
+// with ctx: end it with [Term.Resign]. Campaign never returns a term that
+// has already ended: when the lock's lease ran out while the term was
+// being set up (the process paused between publishing the identity and
+// reading the replies, say), it releases what it holds and campaigns
+// again. Errors: the lock's (joined with ctx.Err() when ctx ended the
+// wait), [ErrNoFence], or a failure to start renewal or to publish the
+// identity, after which the lock was released.
 func (e *Election) Campaign(ctx context.Context) (*Term, error) {
+	for {
+		t, err := e.campaign(ctx)
+		if err != nil || t != nil {
+			return t, err
+		}
+	}
+}
+
+// campaign is one election of Campaign's: nil and no error when the term
+// it won ended before it could start.
+func (e *Election) campaign(ctx context.Context) (*Term, error) {
 	lk, err := e.c.Lock(ctx, e.resource, e.cfg.ttl)
 	if err != nil {
 		return nil, fmt.Errorf("leadership: campaign for %q: %w", e.role, err)
@@ -240,6 +255,13 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 		t.cancel(err)
 		_ = lk.Unlock(context.Background())
 		return nil, fmt.Errorf("leadership: campaign for %q: publishing the identity: %w", e.role, err)
+	}
+	if t.ctx.Err() != nil {
+		// Over before it began: another candidate may lead already.
+		t.cancel(nil)
+		e.withdraw(t.record)
+		_ = lk.Unlock(context.Background())
+		return nil, nil
 	}
 	t.start()
 	return t, nil

@@ -638,3 +638,50 @@ func keysOnBothOthers(servers []*memredis.Server, down int) bool {
 	}
 	return true
 }
+
+// stallPublish is a master whose first publication of the identity
+// returns only after d, whatever its context: the candidate's process
+// stalled between sending the round and reading its replies.
+type stallPublish struct {
+	driver.Conn
+	d       time.Duration
+	stalled bool
+}
+
+func (s *stallPublish) Eval(ctx context.Context, sc *driver.Script, keys []string, args ...any) (any, error) {
+	if len(keys) == 2 && keys[1] == "leader:{relay}" && len(args) == 2 && !s.stalled {
+		s.stalled = true
+		defer time.Sleep(s.d)
+	}
+	return s.Conn.Eval(ctx, sc, keys, args...)
+}
+
+// TestCampaignNeverReturnsAnEndedTerm: a candidate stalled past its lease
+// while it publishes its identity does not get that term, whose context
+// ended with the lock (the etcd election bug Jepsen found: a campaign that
+// does not look at its lease after waiting). Campaign campaigns again and
+// returns a live term with a larger fence (found by the simulator: a
+// round-pause in the publication, seed 1022935069476679516).
+func TestCampaignNeverReturnsAnEndedTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3)
+		masters := append([]driver.Conn(nil), c.masters...)
+		stall := &stallPublish{Conn: c.masters[0], d: 2 * ttl}
+		masters[0] = stall
+		rc, err := redlock.New(masters, redlock.WithFence(c.counter))
+		require.NoError(t, err)
+		defer rc.Close()
+		e, err := leadership.New(rc, "relay", leadership.WithTTL(ttl), leadership.WithIdentity("a"))
+		require.NoError(t, err)
+		ctx := context.Background()
+		term, err := e.Campaign(ctx)
+		require.NoError(t, err)
+		require.True(t, stall.stalled)
+		select {
+		case <-term.Done():
+			t.Fatalf("Campaign returned a term that had ended: %v", context.Cause(term.Context()))
+		default:
+		}
+		require.NoError(t, term.Resign(ctx))
+	})
+}

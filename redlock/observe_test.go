@@ -261,11 +261,12 @@ func TestObserverAllocs(t *testing.T) {
 	clients := []*Client{client(), client(WithHooks(hooksOf(counting)))}
 	// Unlock releases the minority in the background, and what those
 	// releases allocate falls in one measurement or the next: counts vary
-	// by several, upwards (see leastCycleAllocs).
-	least := leastCycleAllocs(t, 2*time.Second, 4, clients...)
+	// by several, upwards (see leastCycleAllocs). The least of eight: on a
+	// loaded CI machine the least of four was once 8 above (106 against 98).
+	least := leastCycleAllocs(t, 2*time.Second, 8, clients...)
 	none, observed := least[0], least[1]
-	t.Logf("allocs per 5-master cycle, least of 4: no hooks %.0f, the lock's hooks %.0f (race detector: %v)", none, observed, raceEnabled())
-	// Even the least of four varies by a few with nothing changed.
+	t.Logf("allocs per 5-master cycle, least of 8: no hooks %.0f, the lock's hooks %.0f (race detector: %v)", none, observed, raceEnabled())
+	// Even the least of eight varies by a few with nothing changed.
 	const margin = 5
 	assert.LessOrEqual(t, observed, none+1+margin, "a LockObserver costs more than its vote closure")
 	if !raceEnabled() {

@@ -94,6 +94,7 @@ var regressions = []uint64{
 	5988897912436342174, // the same bug (after a master's pause and a slowed link)
 	325611493264441401,  // a breaker probe ended by its caller's context held the master out for a node timeout
 	325611493264442070,  // an Unlock just after a probed round waited for that round's calls (the checker's bound)
+	1022935069476679516, // Campaign returned a term whose lease had run out while it published its identity (two leaders)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
