@@ -10,6 +10,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// idleAfterOutage is a client of three masters 5 ms away whose calls all
+// failed a second ago and none since: every master is out of its breaker
+// until a probe gets a reply. The masters answer again. Call it inside
+// the bubble.
+func idleAfterOutage(t *testing.T) *Client {
+	t.Helper()
+	servers, masters := memMasters(3)
+	slow := make([]Master, len(masters))
+	for i, m := range masters {
+		slow[i] = slowConn{m.(full), 5 * time.Millisecond}
+	}
+	c := virtualClient(t, slow)
+	for _, s := range servers {
+		s.Fail(errors.New("connection refused"))
+	}
+	_, err := c.TryLock(context.Background(), "a", 100*time.Millisecond)
+	require.ErrorIs(t, err, ErrQuorumUnavailable)
+	// Idle past the breaker's quiet time; the lost attempt's release
+	// retries end with its key's TTL.
+	time.Sleep(time.Second)
+	for _, s := range servers {
+		s.Fail(nil)
+	}
+	return c
+}
+
 // TestCallAfterOutageWaitsForProbe: a client idle through an outage of
 // every master finds them all out of its breaker when it calls again. The
 // first round probes them; a second round begun a millisecond later, while
@@ -19,24 +45,8 @@ import (
 // together when it woke.
 func TestCallAfterOutageWaitsForProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		servers, masters := memMasters(3)
-		slow := make([]Master, len(masters))
-		for i, m := range masters {
-			slow[i] = slowConn{m.(full), 5 * time.Millisecond}
-		}
-		c := virtualClient(t, slow)
+		c := idleAfterOutage(t)
 		ctx := context.Background()
-		for _, s := range servers {
-			s.Fail(errors.New("connection refused"))
-		}
-		_, err := c.TryLock(ctx, "a", 100*time.Millisecond)
-		require.ErrorIs(t, err, ErrQuorumUnavailable)
-		// Idle past the breaker's quiet time; the lost attempt's release
-		// retries end with its key's TTL.
-		time.Sleep(time.Second)
-		for _, s := range servers {
-			s.Fail(nil)
-		}
 		first := lockAsync(ctx, c, "a", time.Minute)
 		time.Sleep(time.Millisecond)
 		l, err := c.TryLock(ctx, "b", time.Minute)
@@ -57,25 +67,11 @@ func TestCallAfterOutageWaitsForProbe(t *testing.T) {
 // attempt).
 func TestProbeEndedByCallerLeavesNextProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		servers, masters := memMasters(3)
-		slow := make([]Master, len(masters))
-		for i, m := range masters {
-			slow[i] = slowConn{m.(full), 5 * time.Millisecond}
-		}
-		c := virtualClient(t, slow)
+		c := idleAfterOutage(t)
 		ctx := context.Background()
-		for _, s := range servers {
-			s.Fail(errors.New("connection refused"))
-		}
-		_, err := c.TryLock(ctx, "a", 100*time.Millisecond)
-		require.ErrorIs(t, err, ErrQuorumUnavailable)
-		time.Sleep(time.Second)
-		for _, s := range servers {
-			s.Fail(nil)
-		}
 		hurry, cancel := context.WithTimeout(ctx, time.Millisecond)
 		defer cancel()
-		_, err = c.TryLock(hurry, "a", time.Minute)
+		_, err := c.TryLock(hurry, "a", time.Minute)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		time.Sleep(10 * time.Millisecond) // the probes' calls have returned
 		l, err := c.TryLock(ctx, "b", time.Minute)
