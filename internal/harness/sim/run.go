@@ -167,6 +167,13 @@ func (c *clientClock) stepWall(d time.Duration) {
 func (c *clientClock) world(t time.Time) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.since.IsZero() {
+		// In a suspend: the client's clock stands still at its start,
+		// and the world's has moved on since (seed 9208740294967143661:
+		// a lock taken in a suspend, its Until read there, taken for a
+		// lease already over).
+		return t.Add(c.lag + time.Since(c.since))
+	}
 	return t.Add(c.lag)
 }
 

@@ -95,6 +95,7 @@ var regressions = []uint64{
 	325611493264441401,  // a breaker probe ended by its caller's context held the master out for a node timeout
 	325611493264442070,  // an Unlock just after a probed round waited for that round's calls (the checker's bound)
 	1022935069476679516, // Campaign returned a term whose lease had run out while it published its identity (two leaders)
+	9208740294967143661, // a lock's Until read in its client's suspend, converted to the world's time without the suspend (the checker's bug)
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.
