@@ -97,7 +97,8 @@ type Subscriber interface {
 // Subscription is one connection in subscribed mode. Its calls come from
 // two goroutines: one writes (Subscribe, Unsubscribe, Ping), one reads
 // (Receive). A lost connection is reported by the call that meets it and
-// made again by the next.
+// made again by the next; the new connection need not have the channels of
+// the old one (the lock subscribes them again after a loss).
 type Subscription interface {
 	Subscribe(ctx context.Context, channels ...string) error
 	Unsubscribe(ctx context.Context, channels ...string) error

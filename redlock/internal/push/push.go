@@ -381,12 +381,17 @@ func (s *subscriber) read(ctx context.Context, h *Hub, i int) {
 }
 
 // lost marks the connection down and wakes every waiter: a release may
-// have been published while it was.
+// have been published while it was. Its channels are subscribed again on
+// the next connection, by write: go-redis resubscribes them when it
+// redials, but the driver seam does not promise it (memredis does not),
+// and a master that restarted has forgotten them. SUBSCRIBE to a channel
+// the connection has already is a no-op.
 func (s *subscriber) lost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.up, s.needPing = false, true
 	for _, ch := range s.chans {
+		ch.batch = 0
 		for w := range ch.waiters {
 			w.mu.Lock()
 			if w.marked {

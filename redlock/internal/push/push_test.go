@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -26,6 +27,7 @@ type recordingSub struct {
 	subs  [][]string
 	pongs chan string
 	done  chan struct{}
+	lose  chan struct{} // a receive from it loses the connection; nil: never
 }
 
 func (s *recordingSub) Subscribe(_ context.Context, channels ...string) error {
@@ -48,6 +50,8 @@ func (s *recordingSub) Receive(context.Context) (driver.Push, error) {
 	select {
 	case p := <-s.pongs:
 		return driver.Push{Pong: true, Payload: p}, nil
+	case <-s.lose:
+		return driver.Push{}, errors.New("connection reset by restart")
 	case <-s.done:
 		return driver.Push{}, context.Canceled
 	}
@@ -96,4 +100,41 @@ func TestJoinQueuedSubscribesOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLostConnectionResubscribes: after its subscription's connection was
+// lost, the hub subscribes its channels again on the next one: the driver
+// seam does not promise that a new connection has them (go-redis
+// resubscribes when it redials; memredis, like a master that restarted,
+// does not), and a waiter that believed itself subscribed would wait out
+// a TTL for a release it never hears (found by the simulator, seed
+// 1520286547789764567: a master's restart).
+func TestLostConnectionResubscribes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := &recordingSub{pongs: make(chan string, 8), done: make(chan struct{}), lose: make(chan struct{}, 1)}
+		h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
+		defer h.Close(time.Now().Add(time.Second))
+		w := h.Join("lock:k")
+		defer w.Leave()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if !w.Listening(ctx, 1, time.Second) {
+			t.Fatal("the subscription was never confirmed")
+		}
+		sub.lose <- struct{}{}
+		synctest.Wait()
+		if w.ListeningAt(0) {
+			t.Error("listening right after the connection was lost")
+		}
+		time.Sleep(time.Second) // past the hub's back-off
+		synctest.Wait()
+		if !w.ListeningAt(0) {
+			t.Error("not listening again after the connection came back")
+		}
+		sub.mu.Lock()
+		defer sub.mu.Unlock()
+		if want := [][]string{{"lock:k"}, {"lock:k"}}; !slices.EqualFunc(sub.subs, want, slices.Equal[[]string]) {
+			t.Errorf("SUBSCRIBE commands %q, want %q: the channel again after the loss", sub.subs, want)
+		}
+	})
 }
