@@ -97,6 +97,7 @@ var regressions = []uint64{
 	1022935069476679516, // Campaign returned a term whose lease had run out while it published its identity (two leaders)
 	9208740294967143661, // a lock's Until read in its client's suspend, converted to the world's time without the suspend (the checker's bug)
 	1520286547789764567, // a waiter's subscription confirmed after a master's restart without its channels (and the checker's wrong-type span)
+	3223549890145655879, // a fair waiter's leaving failed on a key of another type and left its entry, later handed the key
 }
 
 // TestSimRegressions replays the schedules (by their seed numbers) that found bugs.

@@ -11,7 +11,13 @@ if not q then
 end
 local now = now_ms()
 expire_entries(q, e, h, now)
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  -- A key of another type: no lock to release or hand on, but the entries leave all the same, or
+  -- a release once the key is a lock's again would hand it to a waiter that has gone.
+  drop_entries(q, e, h, false, 1)
+  return 1
+end
 local before = redis.call('ZRANGE', q, 0, 0)[1]
 if drop_entries(q, e, h, v, 1) then
   release_key(KEYS[1], v)
