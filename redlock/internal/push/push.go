@@ -247,9 +247,8 @@ func (s *subscriber) remove(w *Waiter, name string) {
 
 // confirmed reports whether a release of channel on this master now
 // reaches us: its SUBSCRIBE was followed by a PING that came back on the
-// connection that is up. go-redis resubscribes every channel when it
-// redials, before anything else is sent, so a pong after a redial covers
-// them all.
+// connection that is up. After a lost connection every channel is
+// subscribed again (lost), and only the PING after that confirms it.
 func (s *subscriber) confirmed(channel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
