@@ -103,6 +103,17 @@ func queued(t *testing.T, raws []*redis.Client, queue string, n int64) {
 	}, callTimeout, 5*time.Millisecond, "%d waiters queued in %s", n, queue)
 }
 
+// heldEverywhere reports whether every master holds key with token.
+func heldEverywhere(t *testing.T, raws []*redis.Client, key, token string) bool {
+	t.Helper()
+	for _, r := range raws {
+		if r.Get(t.Context(), key).Val() != token {
+			return false
+		}
+	}
+	return true
+}
+
 // subscribed waits until channel has a subscriber on a majority of the
 // masters.
 func subscribed(t *testing.T, raws []*redis.Client, channel string) {
@@ -222,8 +233,20 @@ func testLock(t *testing.T, newConn drivertest.NewConn) {
 		w := newWaiting()
 		c := newClient(t, redlock.WithFairness(5*nodeTimeout), redlock.WithHooks(redlock.Hooks{Waiting: w.hook}), debugLog(t))
 		ctx := testCtx(t)
-		holder, err := c.TryLock(ctx, "dt:fair", time.Hour)
-		require.NoError(t, err)
+		// The order is the queue's only where the holder's key is on every
+		// master: a master where its SET timed out (a loaded CI machine) is
+		// free, and a waiter's attempt there can take the lock out of turn.
+		var holder *redlock.Lock
+		for range 5 {
+			l, err := c.TryLock(ctx, "dt:fair", time.Hour)
+			require.NoError(t, err)
+			if heldEverywhere(t, lockRaws, "lock:dt:fair", l.Token()) {
+				holder = l
+				break
+			}
+			require.NoError(t, l.Unlock(ctx))
+		}
+		require.NotNil(t, holder, "the holder's key on every master in 5 tries")
 		var (
 			mu    sync.Mutex
 			order []string
