@@ -19,7 +19,7 @@ import (
 
 var failover = &scenario{
 	name: "failover", variant: "sentinel", about: "a master's primary dies before its replica got our key; Sentinel promotes the replica",
-	mustObserve: true, resources: 1, longHold: true, minTTL: 5 * time.Second, fault: func() injector { return &promoteReplica{} },
+	mustObserve: true, resources: 1, longHold: true, minTTL: 8 * time.Second, fault: func() injector { return &promoteReplica{} },
 }
 
 // promoteReplica makes a lock live on masters 0, 1 and 2 only (3 and 4 down), with master 0's

@@ -191,3 +191,27 @@ func TestNoErrorsSpare(t *testing.T) {
 	assert.False(t, bad.Held)
 	assert.Contains(t, bad.Problems, "5 attempts found no quorum")
 }
+
+// TestQuickRunsAgainUntilProvoked: the quick size runs a mustObserve scenario up to two more
+// times while its runs have not shown both an overlap (or a stale write) and an unfenced
+// duplicate; other scenarios and full-size runs get no extra run.
+func TestQuickRunsAgainUntilProvoked(t *testing.T) {
+	quick, full := Config{Quick: true}, Config{}
+	require.NoError(t, quick.defaults())
+	require.NoError(t, full.defaults())
+	must := &scenario{name: "p", mustObserve: true}
+	assert.Equal(t, quickAgain, must.extraRuns(quick))
+	assert.Zero(t, must.extraRuns(full))
+	assert.Zero(t, (&scenario{name: "plain"}).extraRuns(quick))
+
+	overlap, dup := clean(), clean()
+	overlap.Counts.LockOverlaps = 1
+	dup.Counts.UnfencedDuplicates = 1
+	both := clean()
+	both.Counts.StaleWrites, both.Counts.UnfencedDuplicates = 1, 1
+	assert.False(t, provoked(nil))
+	assert.False(t, provoked([]chaosreport.Run{clean(), overlap}), "an overlap without a duplicate in the twin")
+	assert.False(t, provoked([]chaosreport.Run{dup}), "a duplicate without an overlap")
+	assert.True(t, provoked([]chaosreport.Run{overlap, dup}), "seen over two runs")
+	assert.True(t, provoked([]chaosreport.Run{clean(), both}))
+}

@@ -13,13 +13,20 @@ import (
 
 var restartNoPersistence = &scenario{
 	name: "restart-no-persistence", about: "a master holding a 3-of-5 lock restarts empty while contenders retry",
-	mustObserve: true, resources: 1, longHold: true, fault: func() injector { return restartEmpty{} },
+	mustObserve: true, resources: 1, longHold: true, minTTL: restartTTL, fault: func() injector { return restartEmpty{} },
 }
 
 var restartNoPersistenceGuarded = &scenario{
 	name: "restart-no-persistence-guarded", about: "restart-no-persistence with the clients' restart guard on: no overlap",
-	guard: true, resources: 1, longHold: true, fault: func() injector { return restartEmpty{} }, judge: judgeGuarded,
+	guard: true, resources: 1, longHold: true, minTTL: restartTTL, fault: func() injector { return restartEmpty{} }, judge: judgeGuarded,
 }
+
+// restartTTL: the holder must still be inside when three restarted masters answer the
+// contenders. Restarting them takes a few hundred ms on a loaded machine, and a go-redis pool
+// that failed its dials to a down server dials it again up to a second later; a quick run's
+// 1 s TTL (a 700 ms hold) left too little of the hold for that, and a run under CI once ended
+// with only 8 locks and no overlap.
+const restartTTL = 3 * time.Second
 
 var counterLoss = &scenario{
 	name: "counter-loss", about: "the fence counter restarts empty mid-run",
