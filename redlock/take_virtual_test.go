@@ -151,5 +151,81 @@ func TestHandoffOutrunByLeaveVirtual(t *testing.T) {
 			assert.True(t, ok && v == l.Token(), "master %d: key %q, not the handed lock's", i, v)
 		}
 		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(time.Second) // the release on the slow master (handoff.lua too: it removes the entry) ends
+	})
+}
+
+// slowLeave delays the fair waiter's leave (fair_leave.lua) by delay before
+// it reaches the master, as a slow link to that one master would.
+type slowLeave struct {
+	full
+	delay time.Duration
+}
+
+func (s slowLeave) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	if script == fair.LeaveScript {
+		time.Sleep(s.delay)
+	}
+	return s.full.Eval(ctx, script, keys, args...)
+}
+
+// TestUnlockRemovesEntryLeftBehindVirtual: a fair waiter, queued ahead of
+// another client's, claims the key on every master; the old holder's
+// release reaches four of them first, and the waiter holds the lock there
+// while the fifth still queues its entry, whose claim is the lock's token.
+// The leave that removes that entry is slow, and the lock is unlocked
+// before it arrives; the old holder's release on the fifth master then
+// hands the key to the claim. The leave keeps a key that holds the won
+// lock's token (while the lock is held it is part of it), so unless the
+// entry goes with Unlock's own release the key stayed there for a TTL after
+// Unlock (the simulator, seed 1234226749272432728).
+func TestUnlockRemovesEntryLeftBehindVirtual(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, mems := memMasters(5)
+		masters := append([]Master(nil), mems...)
+		masters[4] = slowLeave{full: mems[4].(full), delay: 40 * time.Millisecond}
+		c := virtualClient(t, masters, WithFairness(time.Second))
+		ctx := context.Background()
+		// Another client's lock, and another client's waiter queued last
+		// (a stamp from the far future): the waiter below claims the key.
+		other := driver.NewScript(fair.QueueLua + `
+local q, e = queue_of(KEYS[1])
+redis.call('ZADD', q, 72057594037927935, ARGV[1])
+redis.call('ZADD', e, now_ms() + 60000, ARGV[1])
+return 1`)
+		for _, m := range mems {
+			_, err := m.Eval(ctx, other, []string{"lock:job"}, "ffffffffffffffzzzzzzzz00000000")
+			require.NoError(t, err)
+		}
+		for _, s := range servers {
+			s.Set("lock:job", "old", 30*time.Second)
+		}
+		won := make(chan *Lock, 1)
+		go func() {
+			l, err := c.Lock(ctx, "job", time.Minute)
+			if assert.NoError(t, err) {
+				won <- l
+			}
+		}()
+		synctest.Wait() // queued on every master; it saw the other client's waiter
+		release := func(i int) {
+			_, err := mems[i].Eval(ctx, releaseScript, []string{"lock:job"}, "old")
+			require.NoError(t, err)
+		}
+		release(0) // wakes the waiter: it takes master 0 and claims the key on the others
+		synctest.Wait()
+		for i := 1; i < 4; i++ {
+			release(i) // each hands the key to the claim
+		}
+		l := <-won
+		v, _ := servers[4].Get("lock:job")
+		require.Equal(t, "old", v)
+		require.NoError(t, l.Unlock(ctx)) // before the leave reaches master 4
+		release(4)
+		time.Sleep(time.Second) // the leave has landed
+		for i, s := range servers {
+			v, ok := s.Get("lock:job")
+			assert.False(t, ok && v == l.Token(), "master %d keeps the lock's key after Unlock", i)
+		}
 	})
 }

@@ -69,8 +69,11 @@ func (p *Policy[L]) Inspect(key string, fn func([]State) bool) bool { return p.l
 // Stale is the queue entries that l's release removes, left behind by the
 // waiters a chain of passes in-process went through (nil: none).
 func (p *Policy[L]) Stale(l L) []string {
-	if ch := p.chainOf(l); ch != nil {
-		return ch.stale
+	switch k := p.c.Kept(l).(type) {
+	case *chain:
+		return k.stale
+	case *entry:
+		return []string{k.name}
 	}
 	return nil
 }
@@ -151,6 +154,16 @@ type queuedAttempt struct {
 	start time.Time     // when its round began
 	boot  time.Duration // the same on the clock that counts suspend
 	round *quorum.Round
+}
+
+// leaving is q's entry as drop_entries reads it when q's call ends with
+// token, the lock it won ("": none): a key that a release handed to
+// another of q's tokens is released, one that holds token is not.
+func (q *queued[L]) leaving(token string) string {
+	if strings.HasPrefix(token, q.prefix) {
+		return q.Entry + " " + token
+	}
+	return q.Entry
 }
 
 // token is the token of q's next attempt.
@@ -346,9 +359,28 @@ func (f *waiter[L]) End(ctx context.Context) {
 		token := ""
 		if f.took != none {
 			token = f.took.Token()
+			p.keepEntry(f.took, q)
 		}
 		p.dequeue(ctx, q, f.won, f.everywhere, token) // a lock passed on carries our entry in its stale list
 	}
+}
+
+// entry is what the policy keeps with a lock that a queued call won (the
+// core's Kept): the call's queue entry, as drop_entries reads it.
+type entry struct{ name string }
+
+// keepEntry makes the release of l, which q's call won, remove q's entry
+// where it is still queued, in the same script (handoff.lua with no
+// waiter to hand to). The leave that End sends keeps a key that holds l's
+// token (it goes with the lock), and it may reach a master after l's
+// Unlock: a master that refused the winning attempt still queues the
+// entry with l's token as its claim, and another holder's release there
+// hands the key back to l's token after Unlock has passed that master,
+// where it stayed for a TTL (the simulator, seed 1234226749272432728). A
+// lock passed on in-process from l carries the entry on (Stale).
+func (p *Policy[L]) keepEntry(l L, q *queued[L]) {
+	name := q.leaving(l.Token())
+	p.c.Keep(l, &entry{name: name}, &wait.Script{Script: HandoffScript, Args: []any{l.Token(), "", "", 0, name}})
 }
 
 // take makes a lock handed over by a release (see handoff.go) ours: its
@@ -584,12 +616,8 @@ func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round
 	if won != nil && !everywhere && won.Count(quorum.Agreed) == p.c.Masters() {
 		return
 	}
-	entry := q.Entry
-	if strings.HasPrefix(token, q.prefix) {
-		entry += " " + token
-	}
 	leave := func() {
-		p.leave(ctx, q.keys, []any{entry}, q.TTL, func(i int) bool {
+		p.leave(ctx, q.keys, []any{q.leaving(token)}, q.TTL, func(i int) bool {
 			if won == nil || everywhere {
 				return false
 			}
