@@ -560,3 +560,61 @@ func TestProbedRoundOnSlowNetwork(t *testing.T) {
 		require.NoError(t, r.l.Unlock(context.Background()))
 	})
 }
+
+// TestTryLockFollowerTakesTimedOutOutcome: a TryLock that overlaps
+// another of its client on the resource takes that attempt's outcome, also
+// when the attempt failed on a timeout of its own (here the fence's mint,
+// which hangs until the lock's validity runs out). Only a leader whose
+// caller gave up leaves its followers to attempt again. The follower used
+// to read context.DeadlineExceeded in the leader's error as its caller
+// giving up and made a second attempt: two mints' wait in one TryLock (the
+// simulator, seed 6359995783438721510), and in a crowd each follower in
+// turn.
+func TestTryLockFollowerTakesTimedOutOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		minter := &countingMinter{delay: time.Hour} // no reply: the mint ends with the lock's validity
+		c := virtualClient(t, masters, WithFence(minter))
+		ctx := context.Background()
+		start := time.Now()
+		var errs [3]error
+		var took [3]time.Duration
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond) // the first leads; the others follow
+				_, errs[i] = c.TryLock(ctx, "job", time.Second)
+				took[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			assert.ErrorIs(t, err, ErrFenceUnavailable, "call %d", i)
+		}
+		assert.EqualValues(t, 1, minter.calls.Load(), "one attempt, one mint, shared by the three calls")
+		assert.Equal(t, took[0], took[2], "the last follower returned when the attempt it followed did")
+	})
+}
+
+// TestTryLockFollowerOfQuitLeaderAttempts: a follower whose leader's caller
+// gave up mid-attempt makes an attempt of its own (and wins the free key).
+func TestTryLockFollowerOfQuitLeaderAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, masters := memMasters(3)
+		minter := &countingMinter{delay: 10 * time.Millisecond}
+		c := virtualClient(t, masters, WithFence(minter))
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond) // ends in the leader's mint
+		defer cancel()
+		lead := make(chan error, 1)
+		go func() {
+			_, err := c.TryLock(lctx, "job", time.Second)
+			lead <- err
+		}()
+		time.Sleep(time.Millisecond)
+		l, err := c.TryLock(context.Background(), "job", time.Second)
+		require.NoError(t, err, "the follower attempts when its leader's caller gave up")
+		assert.ErrorIs(t, <-lead, context.DeadlineExceeded)
+		assert.EqualValues(t, 2, minter.calls.Load())
+		require.NoError(t, l.Unlock(context.Background()))
+	})
+}

@@ -37,6 +37,7 @@ type flight struct {
 	done chan struct{}
 	won  bool  // the first call won the lock
 	err  error // its error otherwise
+	quit bool  // the first call's context ended it: no outcome to share
 }
 
 // flights are the attempts in flight, by resource.
@@ -65,27 +66,34 @@ func (fs *flights) join(resource string) (f *flight, lead bool) {
 	return f, true
 }
 
-// land ends the flight f on resource with its leader's outcome.
-func (fs *flights) land(resource string, f *flight, won bool, err error) {
+// land ends the flight f on resource with its leader's outcome; quit says
+// that the leader's caller gave up.
+func (fs *flights) land(resource string, f *flight, won bool, err error, quit bool) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	delete(fs.m, resource)
 	if f.done != nil {
-		f.won, f.err = won, err
+		f.won, f.err, f.quit = won, err, quit
 		close(f.done)
 	}
 }
 
 // tryLock is TryLock once its arguments are checked: it leads the flight
 // on resource or takes the outcome of the one in the air. A follower whose
-// leader was stopped by its own context (or whose leader's attempt was
-// never made) makes an attempt of its own.
+// leader was stopped by its own caller's context (or whose leader's
+// attempt was never made) makes an attempt of its own. That is read from
+// the leader's context, not from its error: an attempt that timed out by
+// itself (a node timeout, a mint that got no reply before the lock's
+// validity ran out) wraps context.DeadlineExceeded too, and its followers
+// took it for their leader giving up: each made an attempt in turn, the
+// last of a crowd waiting for all of them (the simulator, seed
+// 6359995783438721510).
 func (c *Client) tryLock(ctx context.Context, resource string, ttl time.Duration) (*Lock, error) {
 	for {
 		f, lead := c.flights.join(resource)
 		if lead {
 			l, err := c.trySplit(ctx, resource, ttl)
-			c.flights.land(resource, f, err == nil, err)
+			c.flights.land(resource, f, err == nil, err, err != nil && ctx.Err() != nil)
 			return l, err
 		}
 		select {
@@ -96,7 +104,7 @@ func (c *Client) tryLock(ctx context.Context, resource string, ttl time.Duration
 		switch {
 		case f.won:
 			return nil, fmt.Errorf("%w: another TryLock of this client won it", ErrNotAcquired)
-		case errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded):
+		case f.quit:
 			continue // its caller gave up: no outcome to share
 		}
 		return nil, fmt.Errorf("redlock: the outcome of another TryLock of this client on %q: %w", resource, f.err)

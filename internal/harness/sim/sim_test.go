@@ -98,6 +98,7 @@ var regressions = []uint64{
 	9208740294967143661, // a lock's Until read in its client's suspend, converted to the world's time without the suspend (the checker's bug)
 	1520286547789764567, // a waiter's subscription confirmed after a master's restart without its channels (and the checker's wrong-type span)
 	3223549890145655879, // a fair waiter's leaving failed on a key of another type and left its entry, later handed the key
+	6359995783438721510, // a TryLock that followed another's attempt took a timeout inside it (the mint's) for its leader giving up, and made a second attempt
 	1234226749272432728, // a fair lock's Unlock passed a master that still queued its call's entry; another release there then handed the key back to the lock's token, and the call's leave kept it
 }
 
