@@ -317,9 +317,17 @@ func (e *Election) Leader(ctx context.Context) (Info, error) {
 }
 
 // publish writes the identity record on the masters where token holds the
-// lock, and wants a majority of them.
+// lock, and wants a majority of them. A master that did not store it is
+// asked once more a node timeout later, in the background: the lock's
+// round returned at a majority, and its call to that master may still be
+// on its way (the record went there before the key did, and a term's
+// record then lived on a bare majority, one lost master from no leader).
+// A retry that comes after the term ended stores nothing (the key is no
+// longer the token's) or a record that no longer counts (readers check it
+// against the key).
 func (e *Election) publish(ctx context.Context, token, record string) error {
-	replies := e.fanOut(ctx, publishScript, []string{e.lockKey, e.recordKey}, token, record)
+	keys := []string{e.lockKey, e.recordKey}
+	replies := e.fanOut(ctx, publishScript, keys, token, record)
 	n := 0
 	var errs []error
 	for i, r := range replies {
@@ -331,6 +339,16 @@ func (e *Election) publish(ctx context.Context, token, record string) error {
 		}
 	}
 	if n >= e.quorum() {
+		for i, r := range replies {
+			if r.err == nil && r.reply == int64(1) {
+				continue
+			}
+			time.AfterFunc(e.cfg.nodeTimeout, func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.nodeTimeout)
+				defer cancel()
+				_, _ = e.masters[i].Eval(cctx, publishScript, keys, token, record)
+			})
+		}
 		return nil
 	}
 	return errors.Join(append([]error{fmt.Errorf("stored on %d of %d masters", n, len(e.masters))}, errs...)...)
