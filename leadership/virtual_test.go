@@ -86,6 +86,20 @@ func (c *cluster) candidate(t *testing.T, id string, opts ...leadership.Option) 
 	return e
 }
 
+// candidateWith is candidate "a" over the cluster's masters with master i
+// reached through conn instead, and its client.
+func (c *cluster) candidateWith(t *testing.T, i int, conn driver.Conn) (*redlock.Client, *leadership.Election) {
+	t.Helper()
+	masters := append([]driver.Conn(nil), c.masters...)
+	masters[i] = conn
+	rc, err := redlock.New(masters, redlock.WithFence(c.counter))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := leadership.New(rc, "relay", leadership.WithTTL(ttl), leadership.WithIdentity("a"))
+	require.NoError(t, err)
+	return rc, e
+}
+
 // TestOneLeaderAtATime: candidates that campaign, lead for a while and
 // resign. Whenever a term starts, every earlier term's context has ended
 // already, and fences grow with each term.
@@ -665,14 +679,8 @@ func (s *stallPublish) Eval(ctx context.Context, sc *driver.Script, keys []strin
 func TestCampaignNeverReturnsAnEndedTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
-		masters := append([]driver.Conn(nil), c.masters...)
 		stall := &stallPublish{Conn: c.masters[0], d: 2 * ttl}
-		masters[0] = stall
-		rc, err := redlock.New(masters, redlock.WithFence(c.counter))
-		require.NoError(t, err)
-		defer rc.Close()
-		e, err := leadership.New(rc, "relay", leadership.WithTTL(ttl), leadership.WithIdentity("a"))
-		require.NoError(t, err)
+		_, e := c.candidateWith(t, 0, stall)
 		ctx := context.Background()
 		term, err := e.Campaign(ctx)
 		require.NoError(t, err)
@@ -709,13 +717,7 @@ func (s slowSet) SetNX(ctx context.Context, key, value string, ttl time.Duration
 func TestRecordReachesLateMaster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t, 3)
-		masters := append([]driver.Conn(nil), c.masters...)
-		masters[2] = slowSet{Conn: c.masters[2], d: 20 * time.Millisecond}
-		rc, err := redlock.New(masters, redlock.WithFence(c.counter))
-		require.NoError(t, err)
-		defer rc.Close()
-		e, err := leadership.New(rc, "relay", leadership.WithTTL(ttl), leadership.WithIdentity("a"))
-		require.NoError(t, err)
+		rc, e := c.candidateWith(t, 2, slowSet{Conn: c.masters[2], d: 20 * time.Millisecond})
 		ctx := context.Background()
 		term, err := e.Campaign(ctx)
 		require.NoError(t, err)

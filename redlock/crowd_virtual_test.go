@@ -225,20 +225,6 @@ func TestHungProbeMasterSkipped(t *testing.T) {
 	})
 }
 
-// slowProbe answers the probe script late, by delay, as a master on a
-// slow link would; its other calls are prompt.
-type slowProbe struct {
-	full
-	delay time.Duration
-}
-
-func (s slowProbe) Eval(ctx context.Context, sc *driver.Script, keys []string, args ...any) (any, error) {
-	if sc == plain.ProbeScript {
-		time.Sleep(s.delay)
-	}
-	return s.full.Eval(ctx, sc, keys, args...)
-}
-
 // TestLateProbeRoundPolls: a woken waiter's round that went on without
 // its probe master's answer, and lost to a client that took the lock
 // meanwhile, does not count on that holder's release messages (one may
@@ -254,7 +240,7 @@ func TestLateProbeRoundPolls(t *testing.T) {
 		other := virtualClient(t, masters)
 		p := holder.probeMaster("job")
 		wrapped := append([]Master(nil), masters...)
-		wrapped[p] = slowProbe{masters[p].(full), defaultNodeTimeout / 2}
+		wrapped[p] = slowScript{masters[p].(full), plain.ProbeScript, defaultNodeTimeout / 2} // answers the probe late
 		var attempts atomic.Int64
 		waiter := virtualClient(t, wrapped, WithHooks(Hooks{Attempt: func(context.Context, Event) { attempts.Add(1) }}))
 		held, err := holder.TryLock(ctx, "job", time.Minute)

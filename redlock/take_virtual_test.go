@@ -102,15 +102,16 @@ func TestFailedTakeKeepsEntryVirtual(t *testing.T) {
 	})
 }
 
-// slowHandoff delays the handoff script (handoff.lua) by delay before it
-// reaches the master, as a slow link to that one master would.
-type slowHandoff struct {
+// slowScript delays one script by delay before it reaches the master, as
+// a slow link to that one master would; its other calls are prompt.
+type slowScript struct {
 	full
-	delay time.Duration
+	script *driver.Script
+	delay  time.Duration
 }
 
-func (s slowHandoff) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
-	if script == fair.HandoffScript {
+func (s slowScript) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
+	if script == s.script {
 		time.Sleep(s.delay)
 	}
 	return s.full.Eval(ctx, script, keys, args...)
@@ -128,7 +129,7 @@ func TestHandoffOutrunByLeaveVirtual(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		servers, mems := memMasters(5)
 		masters := append([]Master(nil), mems...)
-		masters[4] = slowHandoff{full: mems[4].(full), delay: 10 * time.Millisecond}
+		masters[4] = slowScript{full: mems[4].(full), script: fair.HandoffScript, delay: 10 * time.Millisecond}
 		c := virtualClient(t, masters, WithFairness(time.Second))
 		ctx := context.Background()
 
@@ -155,20 +156,6 @@ func TestHandoffOutrunByLeaveVirtual(t *testing.T) {
 	})
 }
 
-// slowLeave delays the fair waiter's leave (fair_leave.lua) by delay before
-// it reaches the master, as a slow link to that one master would.
-type slowLeave struct {
-	full
-	delay time.Duration
-}
-
-func (s slowLeave) Eval(ctx context.Context, script *driver.Script, keys []string, args ...any) (any, error) {
-	if script == fair.LeaveScript {
-		time.Sleep(s.delay)
-	}
-	return s.full.Eval(ctx, script, keys, args...)
-}
-
 // TestUnlockRemovesEntryLeftBehindVirtual: a fair waiter, queued ahead of
 // another client's, claims the key on every master; the old holder's
 // release reaches four of them first, and the waiter holds the lock there
@@ -183,7 +170,7 @@ func TestUnlockRemovesEntryLeftBehindVirtual(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		servers, mems := memMasters(5)
 		masters := append([]Master(nil), mems...)
-		masters[4] = slowLeave{full: mems[4].(full), delay: 40 * time.Millisecond}
+		masters[4] = slowScript{full: mems[4].(full), script: fair.LeaveScript, delay: 40 * time.Millisecond} // the leave
 		c := virtualClient(t, masters, WithFairness(time.Second))
 		ctx := context.Background()
 		// Another client's lock, and another client's waiter queued last
