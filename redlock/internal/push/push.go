@@ -341,6 +341,14 @@ func (s *subscriber) write(ctx context.Context, h *Hub, i int) {
 		h.logger.Debug("redlock: subscription write failed; waiters fall back to their timers", "master", h.labels[i], "err", err)
 		s.mu.Lock()
 		s.needPing = true
+		// The batch's SUBSCRIBE may not have gone through: its channels go
+		// out again, or the next PING's pong would confirm them (a second
+		// SUBSCRIBE of a channel is a no-op).
+		for _, name := range sub {
+			if ch := s.chans[name]; ch != nil && ch.batch == seq {
+				ch.batch = 0
+			}
+		}
 		s.mu.Unlock()
 		if !s.pause(backoff(failures)) {
 			return

@@ -28,11 +28,16 @@ type recordingSub struct {
 	pongs chan string
 	done  chan struct{}
 	lose  chan struct{} // a receive from it loses the connection; nil: never
+	fails int           // SUBSCRIBE commands still to fail (a master that refuses connections)
 }
 
 func (s *recordingSub) Subscribe(_ context.Context, channels ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return errors.New("connection refused")
+	}
 	ch := slices.Clone(channels)
 	slices.Sort(ch)
 	s.subs = append(s.subs, ch)
@@ -135,6 +140,33 @@ func TestLostConnectionResubscribes(t *testing.T) {
 		defer sub.mu.Unlock()
 		if want := [][]string{{"lock:k"}, {"lock:k"}}; !slices.EqualFunc(sub.subs, want, slices.Equal[[]string]) {
 			t.Errorf("SUBSCRIBE commands %q, want %q: the channel again after the loss", sub.subs, want)
+		}
+	})
+}
+
+// TestFailedSubscribeIsSentAgain: a SUBSCRIBE whose write failed (its
+// master refused connections) is sent again, and only the PING after one
+// that went through confirms the channel. The failed batch used to keep
+// its number, so the next PING's pong confirmed a channel never
+// subscribed, and a waiter slept until its timer through the releases
+// published there (found by the simulator: a crowd whose master was down
+// as it began, seed 1149748299890102350).
+func TestFailedSubscribeIsSentAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := &recordingSub{pongs: make(chan string, 8), done: make(chan struct{}), fails: 1}
+		h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
+		defer h.Close(time.Now().Add(time.Second))
+		w := h.Join("lock:k")
+		defer w.Leave()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if !w.Listening(ctx, 1, time.Second) {
+			t.Fatal("the subscription was never confirmed")
+		}
+		sub.mu.Lock()
+		defer sub.mu.Unlock()
+		if want := [][]string{{"lock:k"}}; !slices.EqualFunc(sub.subs, want, slices.Equal[[]string]) {
+			t.Errorf("SUBSCRIBE commands that went through %q, want %q: confirmed without one", sub.subs, want)
 		}
 	})
 }
