@@ -107,6 +107,23 @@ func TestJoinQueuedSubscribesOnce(t *testing.T) {
 	}
 }
 
+// listeningOn is a waiter on "lock:k" of a hub over one master whose
+// subscription is sub, once its subscription is confirmed; the hub is
+// closed and the waiter leaves when t's bubble ends.
+func listeningOn(t *testing.T, sub *recordingSub) *Waiter {
+	t.Helper()
+	h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { h.Close(time.Now().Add(time.Second)) })
+	w := h.Join("lock:k")
+	t.Cleanup(w.Leave)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if !w.Listening(ctx, 1, time.Second) {
+		t.Fatal("the subscription was never confirmed")
+	}
+	return w
+}
+
 // TestLostConnectionResubscribes: after its subscription's connection was
 // lost, the hub subscribes its channels again on the next one: the driver
 // seam does not promise that a new connection has them (go-redis
@@ -117,15 +134,7 @@ func TestJoinQueuedSubscribesOnce(t *testing.T) {
 func TestLostConnectionResubscribes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sub := &recordingSub{pongs: make(chan string, 8), done: make(chan struct{}), lose: make(chan struct{}, 1)}
-		h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
-		defer h.Close(time.Now().Add(time.Second))
-		w := h.Join("lock:k")
-		defer w.Leave()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if !w.Listening(ctx, 1, time.Second) {
-			t.Fatal("the subscription was never confirmed")
-		}
+		w := listeningOn(t, sub)
 		sub.lose <- struct{}{}
 		synctest.Wait()
 		if w.ListeningAt(0) {
@@ -154,15 +163,7 @@ func TestLostConnectionResubscribes(t *testing.T) {
 func TestFailedSubscribeIsSentAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sub := &recordingSub{pongs: make(chan string, 8), done: make(chan struct{}), fails: 1}
-		h := NewHub([]driver.Conn{recordingConn{sub: sub}}, []string{"m0"}, slog.New(slog.DiscardHandler))
-		defer h.Close(time.Now().Add(time.Second))
-		w := h.Join("lock:k")
-		defer w.Leave()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if !w.Listening(ctx, 1, time.Second) {
-			t.Fatal("the subscription was never confirmed")
-		}
+		listeningOn(t, sub)
 		sub.mu.Lock()
 		defer sub.mu.Unlock()
 		if want := [][]string{{"lock:k"}}; !slices.EqualFunc(sub.subs, want, slices.Equal[[]string]) {
