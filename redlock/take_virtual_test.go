@@ -14,6 +14,7 @@ import (
 
 	"quorumlock.dev/driver"
 	"quorumlock.dev/redlock/internal/fair"
+	"quorumlock.dev/redlock/internal/wait"
 )
 
 // switchMinter mints fences, or fails while fail is set.
@@ -213,6 +214,154 @@ return 1`)
 		for i, s := range servers {
 			v, ok := s.Get("lock:job")
 			assert.False(t, ok && v == l.Token(), "master %d keeps the lock's key after Unlock", i)
+		}
+	})
+}
+
+// TestChainReleaseReachesStuckMasters: the release of a lock passed on
+// in-process removes the queue entries that the waiters of its chain left
+// on the masters (they do not leave the queue themselves: the lock's
+// release does it). It must reach every master, also those the lock's
+// acquiring round never called because their breaker held the calls
+// back: nothing of the lock is there, but the entries may be (a waiter's
+// earlier attempt, or its lost attempt's undo, put them there). Without
+// that, a waiter that held the lock and is gone stayed the head of those
+// masters' queues until its entry expired, and waiters whose heads the
+// other masters named could not take a majority: a free resource with
+// waiters and no holder for up to the entry's TTL (the simulator, crowd
+// seed 1234226749272425182: after a latency spike, 364 ms). The chain's
+// entry is put on the lock as the fair policy does it (Keep, the release
+// handoff.lua with the entries to remove).
+func TestChainReleaseReachesStuckMasters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		c := virtualClient(t, masters, WithFairness(time.Second))
+		ctx := context.Background()
+		const gone = "00000000000001" + "ffffffff" + "-gone" // a waiter of the chain, now gone
+		queue := driver.NewScript(fair.QueueLua + `
+local q, e = queue_of(KEYS[1])
+redis.call('ZADD', q, 1, ARGV[1])
+redis.call('ZADD', e, now_ms() + 60000, ARGV[1])
+return 1`)
+		queued := driver.NewScript(fair.QueueLua + `
+local q = queue_of(KEYS[1])
+return redis.call('ZSCORE', q, ARGV[1]) and 1 or 0`)
+		for _, m := range masters {
+			_, err := m.Eval(ctx, queue, []string{"lock:job"}, gone)
+			require.NoError(t, err)
+		}
+
+		// Masters 3 and 4 refuse connections long enough for the client's
+		// breaker to hold calls to them back: after one probe, the calls
+		// of the next node timeout are not made.
+		down := errors.New("connection refused")
+		servers[3].Fail(down)
+		servers[4].Fail(down)
+		l, err := c.TryLock(ctx, "x", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(time.Second)
+		l, err = c.TryLock(ctx, "y", time.Minute) // the probes
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(time.Millisecond)
+		l, err = c.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		time.Sleep(100 * time.Millisecond) // the round's calls to them have ended
+		for i := 3; i < 5; i++ {
+			_, err, ok := l.round.Returned(i)
+			require.True(t, ok)
+			require.ErrorIs(t, err, errStuck, "master %d was called", i)
+		}
+		servers[3].Fail(nil)
+		servers[4].Fail(nil)
+
+		policyCore{c}.Keep(l, nil, &wait.Script{Script: fair.HandoffScript, Args: []any{l.Token(), "", "", 0, gone}})
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(time.Second) // background releases and their retries
+		for i, m := range masters {
+			v, err := m.Eval(ctx, queued, []string{"lock:job"}, gone)
+			require.NoError(t, err)
+			assert.Equal(t, int64(0), v, "master %d still queues the chain's entry after the release", i)
+		}
+	})
+}
+
+// TestHandOffFromChainReachesStuckMasters: the handoff round of a lock
+// passed on in-process asks the masters where the chain's acquiring call
+// returned; on the others the chain's entries must go too. Here W1 wins
+// while its client's breaker holds calls to masters 3 and 4 back, passes
+// the lock to W2 (whose entry is on every master), and W2's Unlock hands
+// it to W3, behind another client's waiter X. W2's entry stayed on masters
+// 3 and 4, the head of their queues, until it expired (the simulator's
+// crowd seed 1234226749272425182, where it kept a free resource from its
+// waiters for 364 ms).
+func TestHandOffFromChainReachesStuckMasters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		servers, masters := memMasters(5)
+		ctx := context.Background()
+		c := virtualClient(t, masters, WithFairness(time.Second))
+		other := virtualClient(t, masters, WithFairness(time.Second))
+		queued := driver.NewScript(fair.QueueLua + `
+local q = queue_of(KEYS[1])
+return #redis.call('ZRANGE', q, 0, -1)`)
+		entries := func(i int) int64 {
+			v, err := masters[i].Eval(ctx, queued, []string{"lock:job"})
+			require.NoError(t, err)
+			return v.(int64)
+		}
+		hx, err := other.TryLock(ctx, "job", time.Minute)
+		require.NoError(t, err)
+		w1 := lockAsync(ctx, c, "job", time.Minute)
+		time.Sleep(time.Millisecond)
+		w2 := lockAsync(ctx, c, "job", time.Minute)
+		time.Sleep(400 * time.Millisecond) // W2's first queued attempt: at its line's refresh
+		x := lockAsync(ctx, other, "job", time.Minute)
+		time.Sleep(time.Millisecond)
+		w3 := lockAsync(ctx, c, "job", time.Minute)
+		time.Sleep(400 * time.Millisecond)
+		synctest.Wait()
+		for i := range masters {
+			require.Equal(t, int64(4), entries(i), "master %d: W1, W2, X and W3 queued", i)
+		}
+
+		down := errors.New("connection refused")
+		servers[3].Fail(down)
+		servers[4].Fail(down)
+		l, err := c.TryLock(ctx, "z", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(250 * time.Millisecond)        // c holds masters 3 and 4 out
+		l, err = c.TryLock(ctx, "z", time.Minute) // their probes
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(time.Millisecond)
+		require.NoError(t, hx.Unlock(ctx)) // W1, the head, takes masters 0-2
+		r1 := <-w1
+		require.NoError(t, r1.err)
+		time.Sleep(100 * time.Millisecond)
+		for i := 3; i < 5; i++ {
+			_, err, ok := r1.l.round.Returned(i)
+			require.True(t, ok)
+			require.ErrorIs(t, err, errStuck, "master %d was called", i)
+		}
+		servers[3].Fail(nil)
+		servers[4].Fail(nil)
+
+		require.NoError(t, r1.l.Unlock(ctx)) // passed on to W2 in-process
+		r2 := <-w2
+		require.NoError(t, r2.err)
+		require.Equal(t, r1.l.Token(), r2.l.Token(), "W2 was not passed W1's lock")
+		require.NoError(t, r2.l.Unlock(ctx)) // handed to W3, behind X
+		for _, w := range []<-chan lockResult{x, w3} {
+			r := <-w
+			require.NoError(t, r.err)
+			require.NoError(t, r.l.Unlock(ctx))
+		}
+		time.Sleep(200 * time.Millisecond) // background leaves and their retries; W2's entry expires later
+		synctest.Wait()
+		for i := range masters {
+			assert.Zero(t, entries(i), "master %d still queues entries after every waiter left", i)
 		}
 	})
 }

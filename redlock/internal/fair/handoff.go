@@ -200,7 +200,7 @@ func (h *handoff[L]) release(ctx context.Context, i int) {
 	if !h.who[i].CompareAndSwap(undecided, byRelease) {
 		return
 	}
-	if _, err := c.Round(h.l).Result(i); err != nil && c.NeverSent(i, err) {
+	if _, err := c.Round(h.l).Result(i); err != nil && c.NeverSent(i, err) && !h.p.carriesEntries(h.l) {
 		h.replies[i].Store(0 + 1) // nothing to release
 		h.answered <- struct{}{}
 		return

@@ -680,6 +680,24 @@ func (p *Policy[L]) chainOf(l L) *chain {
 // keys, round and lease are its predecessor's.
 func (p *Policy[L]) passedOn(l L) bool { return p.chainOf(l) != nil }
 
+// carriesEntries reports whether l's release removes queue entries: those
+// of the waiters of a chain of passes (Stale), or the entry of the queued
+// call that won l (keepEntry). That release goes to every master, also
+// those that l's acquiring round never called (a handoff round asks only
+// the releaser's majority; a breaker holds calls back): the entries may be
+// there all the same, put there by an earlier attempt or an undo, and one
+// left at the head of a master's queue keeps the key from every other
+// waiter until it expires (TestHandOffFromChainReachesStuckMasters).
+func (p *Policy[L]) carriesEntries(l L) bool {
+	switch k := p.c.Kept(l).(type) {
+	case *chain:
+		return len(k.stale) > 0
+	case *entry:
+		return true
+	}
+	return false
+}
+
 // setStale makes l a lock passed on in-process whose release removes the
 // entries stale.
 func (p *Policy[L]) setStale(l L, stale []string) {
