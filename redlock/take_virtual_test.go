@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"quorumlock.dev/driver"
+	"quorumlock.dev/internal/harness/memredis"
 	"quorumlock.dev/redlock/internal/fair"
 	"quorumlock.dev/redlock/internal/wait"
 )
@@ -218,6 +219,25 @@ return 1`)
 	})
 }
 
+// holdOut makes servers refuse connections long enough (idle: more than
+// the breaker's quiet time) for c's breaker to hold its calls to them
+// back, then lets c probe them: for the next node timeout, c's calls to
+// them are not made (errStuck). They keep refusing until the test says.
+// Call it inside the bubble.
+func holdOut(t *testing.T, c *Client, servers []*memredis.Server, idle time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range servers {
+		s.Fail(errors.New("connection refused"))
+	}
+	for _, wait := range []time.Duration{idle, time.Millisecond} { // the failures, then the probes
+		l, err := c.TryLock(ctx, "holdout", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+		time.Sleep(wait)
+	}
+}
+
 // TestChainReleaseReachesStuckMasters: the release of a lock passed on
 // in-process removes the queue entries that the waiters of its chain left
 // on the masters (they do not leave the queue themselves: the lock's
@@ -251,21 +271,8 @@ return redis.call('ZSCORE', q, ARGV[1]) and 1 or 0`)
 			require.NoError(t, err)
 		}
 
-		// Masters 3 and 4 refuse connections long enough for the client's
-		// breaker to hold calls to them back: after one probe, the calls
-		// of the next node timeout are not made.
-		down := errors.New("connection refused")
-		servers[3].Fail(down)
-		servers[4].Fail(down)
-		l, err := c.TryLock(ctx, "x", time.Minute)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		time.Sleep(time.Second)
-		l, err = c.TryLock(ctx, "y", time.Minute) // the probes
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		time.Sleep(time.Millisecond)
-		l, err = c.TryLock(ctx, "job", time.Minute)
+		holdOut(t, c, servers[3:], time.Second)
+		l, err := c.TryLock(ctx, "job", time.Minute)
 		require.NoError(t, err)
 		time.Sleep(100 * time.Millisecond) // the round's calls to them have ended
 		for i := 3; i < 5; i++ {
@@ -325,17 +332,7 @@ return #redis.call('ZRANGE', q, 0, -1)`)
 			require.Equal(t, int64(4), entries(i), "master %d: W1, W2, X and W3 queued", i)
 		}
 
-		down := errors.New("connection refused")
-		servers[3].Fail(down)
-		servers[4].Fail(down)
-		l, err := c.TryLock(ctx, "z", time.Minute)
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		time.Sleep(250 * time.Millisecond)        // c holds masters 3 and 4 out
-		l, err = c.TryLock(ctx, "z", time.Minute) // their probes
-		require.NoError(t, err)
-		require.NoError(t, l.Unlock(ctx))
-		time.Sleep(time.Millisecond)
+		holdOut(t, c, servers[3:], 250*time.Millisecond)
 		require.NoError(t, hx.Unlock(ctx)) // W1, the head, takes masters 0-2
 		r1 := <-w1
 		require.NoError(t, r1.err)
