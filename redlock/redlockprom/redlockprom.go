@@ -125,66 +125,86 @@ func New(namespace string) (*Metrics, error) {
 	if namespace != "" && !validName.MatchString(namespace) {
 		return nil, fmt.Errorf("redlockprom: namespace %q is not a Prometheus metric name: %w", namespace, redlock.ErrInvalidArgument)
 	}
-	opts := func(name, help string) prometheus.Opts {
-		return prometheus.Opts{Namespace: namespace, Subsystem: "lock", Name: name, Help: help}
-	}
-	histogram := func(name, help string, buckets []float64) prometheus.HistogramOpts {
-		o := opts(name, help)
-		return prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, Buckets: buckets}
-	}
-	attempts := prometheus.NewCounterVec(prometheus.CounterOpts(opts("acquire_attempts_total",
-		"Acquisition attempts (TryLock, each attempt of Lock, LockAll) by outcome.")), []string{"outcome"})
-	extensions := prometheus.NewCounterVec(prometheus.CounterOpts(opts("extensions_total",
-		"Extend calls, the renewer's included, by outcome.")), []string{"outcome"})
-	renewals := prometheus.NewCounterVec(prometheus.CounterOpts(opts("renewal_failures_total",
-		"Locks that the renewer of Lock.Renew ended, by reason.")), []string{"reason"})
-	waits := prometheus.NewHistogramVec(histogram("acquire_wait_seconds",
+	n := namer(namespace)
+	attempts := prometheus.NewCounterVec(n.counter("acquire_attempts_total",
+		"Acquisition attempts (TryLock, each attempt of Lock, LockAll) by outcome."), []string{"outcome"})
+	extensions := prometheus.NewCounterVec(n.counter("extensions_total",
+		"Extend calls, the renewer's included, by outcome."), []string{"outcome"})
+	renewals := prometheus.NewCounterVec(n.counter("renewal_failures_total",
+		"Locks that the renewer of Lock.Renew ended, by reason."), []string{"reason"})
+	waits := prometheus.NewHistogramVec(n.histogram("acquire_wait_seconds",
 		"Time a TryLock, Lock, TryLockAll or LockAll call took, its waits and every attempt included, by outcome.", waitBuckets), []string{"outcome"})
-	holds := prometheus.NewHistogramVec(histogram("hold_duration_seconds",
+	holds := prometheus.NewHistogramVec(n.histogram("hold_duration_seconds",
 		"Time a lock was held, from its acquisition to its end on the holder's side, by how it ended.", holdBuckets), []string{"outcome"})
 	m := &Metrics{
-		acquireDur: prometheus.NewHistogram(histogram("acquire_duration_seconds",
+		acquireDur: prometheus.NewHistogram(n.histogram("acquire_duration_seconds",
 			"Time an acquisition attempt took, whatever its outcome, the fence's mint included.", latencyBuckets)),
-		validity: prometheus.NewHistogram(histogram("acquired_validity_seconds",
+		validity: prometheus.NewHistogram(n.histogram("acquired_validity_seconds",
 			"Lease left when a lock was handed out.", validityBuckets)),
-		rejected: prometheus.NewCounter(prometheus.CounterOpts(opts("fence_rejected_total",
-			"Writes that a fence guard refused because the storage had seen a newer fence."))),
-		waiters: prometheus.NewGauge(prometheus.GaugeOpts(opts("waiters",
-			"Lock calls waiting: after a failed attempt, or queued behind a waiter of their own client."))),
-		votes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_votes_total",
-			"Answers of each master to acquisition attempts, by vote.")), []string{"master", "vote"}),
-		voteDur: prometheus.NewHistogramVec(histogram("master_vote_duration_seconds",
-			"Time each master took to answer an acquisition attempt.", latencyBuckets), []string{"master"}),
-		quarantined: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("master_quarantined",
-			"1 while a master's votes do not count toward a quorum (restart guard, or clock monitor with quarantine), else 0.")), []string{"master"}),
-		quarantines: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_quarantines_total",
-			"Times a master was put out of the quorum count (restart guard, or clock monitor with quarantine).")), []string{"master"}),
-		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("master_clock_drift_ratio",
-			"Last measured clock rate of a master relative to the client's, less 1 (0.01: 1% fast).")), []string{"master"}),
-		jumps: prometheus.NewCounterVec(prometheus.CounterOpts(opts("master_clock_jumps_total",
-			"Jumps of a master's clock seen by the clock monitor.")), []string{"master"}),
-		problems: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("check_problems",
-			"Findings at status problem in the last Client.Check recorded, by node.")), []string{"node"}),
+		rejected: prometheus.NewCounter(n.counter("fence_rejected_total",
+			"Writes that a fence guard refused because the storage had seen a newer fence.")),
+		waiters: prometheus.NewGauge(n.gauge("waiters",
+			"Lock calls waiting: after a failed attempt, or queued behind a waiter of their own client.")),
 		masters: map[string]*master{},
 	}
+	m.perMaster(n)
 	// Every outcome exists from the start, so that a rate is 0, not absent.
-	for i, o := range attemptOutcomes {
-		m.attempts[i] = attempts.WithLabelValues(o)
-		m.waits[i] = waits.WithLabelValues(o)
-	}
-	for i, o := range extendOutcomes {
-		m.extensions[i] = extensions.WithLabelValues(o)
-	}
-	for i, r := range renewalReasons {
-		m.renewals[i] = renewals.WithLabelValues(r)
-	}
-	for i, o := range holdOutcomes {
-		m.holds[i] = holds.WithLabelValues(o)
-	}
+	resolve(attempts, attemptOutcomes[:], m.attempts[:])
+	resolve(waits, attemptOutcomes[:], m.waits[:])
+	resolve(extensions, extendOutcomes[:], m.extensions[:])
+	resolve(renewals, renewalReasons[:], m.renewals[:])
+	resolve(holds, holdOutcomes[:], m.holds[:])
 	m.acquired, m.held, m.extended = m.acquireEnded, m.holdEnded, m.extendEnded
 	m.collectors = []prometheus.Collector{attempts, m.acquireDur, waits, m.validity, holds, extensions, renewals, m.rejected,
 		m.waiters, m.votes, m.voteDur, m.quarantined, m.quarantines, m.drift, m.jumps, m.problems}
 	return m, nil
+}
+
+// perMaster makes the vectors whose series are one per master (one per
+// node for the check's problems).
+func (m *Metrics) perMaster(n namer) {
+	byMaster := []string{"master"}
+	m.votes = prometheus.NewCounterVec(n.counter("master_votes_total",
+		"Answers of each master to acquisition attempts, by vote."), []string{"master", "vote"})
+	m.voteDur = prometheus.NewHistogramVec(n.histogram("master_vote_duration_seconds",
+		"Time each master took to answer an acquisition attempt.", latencyBuckets), byMaster)
+	m.quarantined = prometheus.NewGaugeVec(n.gauge("master_quarantined",
+		"1 while a master's votes do not count toward a quorum (restart guard, or clock monitor with quarantine), else 0."), byMaster)
+	m.quarantines = prometheus.NewCounterVec(n.counter("master_quarantines_total",
+		"Times a master was put out of the quorum count (restart guard, or clock monitor with quarantine)."), byMaster)
+	m.drift = prometheus.NewGaugeVec(n.gauge("master_clock_drift_ratio",
+		"Last measured clock rate of a master relative to the client's, less 1 (0.01: 1% fast)."), byMaster)
+	m.jumps = prometheus.NewCounterVec(n.counter("master_clock_jumps_total",
+		"Jumps of a master's clock seen by the clock monitor."), byMaster)
+	m.problems = prometheus.NewGaugeVec(n.gauge("check_problems",
+		"Findings at status problem in the last Client.Check recorded, by node."), []string{"node"})
+}
+
+// namer is the namespace of a Metrics' series; its methods give the options
+// of one series named <namespace>_lock_<name>.
+type namer string
+
+func (n namer) opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: string(n), Subsystem: "lock", Name: name, Help: help}
+}
+
+func (n namer) counter(name, help string) prometheus.CounterOpts {
+	return prometheus.CounterOpts(n.opts(name, help))
+}
+
+func (n namer) gauge(name, help string) prometheus.GaugeOpts {
+	return prometheus.GaugeOpts(n.opts(name, help))
+}
+
+func (n namer) histogram(name, help string, buckets []float64) prometheus.HistogramOpts {
+	return prometheus.HistogramOpts{Namespace: string(n), Subsystem: "lock", Name: name, Help: help, Buckets: buckets}
+}
+
+// resolve puts into into[i] the series of vec labelled words[i].
+func resolve[T any, V interface{ WithLabelValues(...string) T }](vec V, words []string, into []T) {
+	for i, w := range words {
+		into[i] = vec.WithLabelValues(w)
+	}
 }
 
 // Describe implements [prometheus.Collector].
