@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Pool runs the calls and undos of rounds on goroutines it keeps, so
@@ -15,13 +16,22 @@ import (
 // At most maxIdle goroutines wait for work; a task that finds none waiting
 // gets a new goroutine, which then stays if fewer than maxIdle wait.
 // Close ends the waiting ones at once and the busy ones when their task
-// returns. A nil *Pool runs each task on a goroutine of its own.
+// returns; [Pool.Wait] waits for the busy ones, so that an owner's Close
+// can let the calls and undos still out finish before it closes what they
+// use. A nil *Pool runs each task on a goroutine of its own.
 type Pool struct {
 	tasks   chan task
 	done    chan struct{}
 	once    sync.Once
 	idle    atomic.Int32
 	maxIdle int32
+
+	// busy counts the tasks handed over and not yet returned; waiters the
+	// Wait calls that may be told of its fall to 0 through drained.
+	busy    atomic.Int64
+	waiters atomic.Int32
+	mu      sync.Mutex
+	drained chan struct{}
 }
 
 // NewPool returns a pool that keeps at most maxIdle goroutines waiting.
@@ -37,9 +47,77 @@ func (p *Pool) Close() {
 	}
 }
 
+// Go runs f on a goroutine of p (a new one when none waits), counted as
+// busy until f returns: work an owner starts in the background that
+// [Pool.Wait] should wait for, such as a release that outlives its caller.
+func (p *Pool) Go(f func()) {
+	p.start(task{fn: f})
+}
+
+// Wait waits until no task of p runs (no call, undo or [Pool.Go] function
+// handed to it is still out), or until by, and reports whether none runs.
+// Tasks handed over while it waits are waited for too.
+func (p *Pool) Wait(by time.Time) bool {
+	if p == nil {
+		return true
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		p.mu.Lock()
+		// Counted before busy is read: a task that brings busy to 0 after
+		// this read sees the waiter and closes drained (under mu, so after
+		// this section made it).
+		p.waiters.Add(1)
+		if p.busy.Load() == 0 {
+			p.waiters.Add(-1)
+			p.mu.Unlock()
+			return true
+		}
+		if p.drained == nil {
+			p.drained = make(chan struct{})
+		}
+		drained := p.drained
+		p.mu.Unlock()
+		left := time.Until(by)
+		if left <= 0 {
+			p.waiters.Add(-1)
+			return p.busy.Load() == 0
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+		}
+		select {
+		case <-drained:
+			p.waiters.Add(-1)
+		case <-timer.C:
+			p.waiters.Add(-1)
+			return p.busy.Load() == 0
+		}
+	}
+}
+
+// finished counts a task's return, and wakes the Wait calls when it was the
+// last one out.
+func (p *Pool) finished() {
+	if p.busy.Add(-1) != 0 || p.waiters.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	if p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+	p.mu.Unlock()
+}
+
 // task is one node's call of r (undo nil) or its undo: the arguments of
 // Round.run or Round.runUndo, passed by value so that handing a task over
-// allocates nothing.
+// allocates nothing; or a function of [Pool.Go] (fn).
 type task struct {
 	r       *Round
 	node    int
@@ -48,12 +126,16 @@ type task struct {
 	ctx     context.Context
 	undo    func(context.Context, int)
 	waited  bool
+	fn      func()
 }
 
 func (t *task) do() {
-	if t.undo == nil {
+	switch {
+	case t.fn != nil:
+		t.fn()
+	case t.undo == nil:
 		t.r.run(t.node, t.call, t.results)
-	} else {
+	default:
 		t.r.runUndo(t.ctx, t.undo, t.node, t.waited)
 	}
 }
@@ -61,6 +143,7 @@ func (t *task) do() {
 // start runs t on a waiting goroutine of p, or on a new one.
 func (p *Pool) start(t task) {
 	if p != nil {
+		p.busy.Add(1)
 		select {
 		case p.tasks <- t:
 			return
@@ -75,6 +158,9 @@ func (p *Pool) start(t task) {
 func (p *Pool) work(t task) {
 	for {
 		t.do()
+		if p != nil {
+			p.finished()
+		}
 		if p == nil || p.idle.Add(1) > p.maxIdle {
 			if p != nil {
 				p.idle.Add(-1)

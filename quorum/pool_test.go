@@ -88,3 +88,51 @@ func TestNilPool(t *testing.T) {
 	r := Group{Nodes: 3, Timeout: time.Second, Pool: p}.Do(context.Background(), func(context.Context, int) (bool, error) { return true, nil })
 	assert.Equal(t, 3, r.Count(Agreed))
 }
+
+// Wait waits for the tasks still out, the undos that UndoUntil stopped
+// waiting for and the functions of Go, until its deadline at most.
+func TestPoolWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPool(2)
+		defer p.Close()
+		start := time.Now()
+		assert.True(t, p.Wait(start.Add(time.Second)), "nothing out")
+		assert.Equal(t, start, time.Now(), "Wait with nothing out waited")
+
+		// A round whose node 2 undoes slowly: UndoUntil returns once the
+		// other two undid; the slow undo is still out.
+		g := Group{Nodes: 3, Timeout: time.Second, Pool: p}
+		r := g.Do(context.Background(), func(context.Context, int) (bool, error) { return true, nil })
+		var undone sync.Map
+		r.UndoUntil(context.Background(), time.Second, func(_ context.Context, node int) {
+			if node == 2 {
+				time.Sleep(30 * time.Millisecond)
+			}
+			undone.Store(node, true)
+		}, func() bool {
+			_, a := undone.Load(0)
+			_, b := undone.Load(1)
+			return a && b
+		})
+		_, slow := undone.Load(2)
+		require.False(t, slow, "UndoUntil waited for the slow undo")
+		start = time.Now()
+		assert.True(t, p.Wait(start.Add(time.Second)))
+		assert.Equal(t, 30*time.Millisecond, time.Since(start), "Wait did not wait for the slow undo")
+		_, slow = undone.Load(2)
+		assert.True(t, slow)
+
+		// A function of Go that outlives the deadline: Wait gives up then.
+		release := make(chan struct{})
+		p.Go(func() { <-release })
+		start = time.Now()
+		assert.False(t, p.Wait(start.Add(50*time.Millisecond)), "Wait said nothing runs")
+		assert.Equal(t, 50*time.Millisecond, time.Since(start), "Wait did not keep to its deadline")
+		close(release)
+		assert.True(t, p.Wait(time.Now().Add(time.Second)))
+
+		// A nil pool has nothing to wait for.
+		var none *Pool
+		assert.True(t, none.Wait(time.Now()))
+	})
+}

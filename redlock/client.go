@@ -194,22 +194,32 @@ func same(a, b any) (eq bool) {
 	return a == b
 }
 
-// Close stops the client's subscriptions, watcher, the goroutines waiting
-// for calls, and the background retries of releases that got no reply (a
-// key they had not reached expires by itself), and wakes its waiting Lock calls, which poll at the retry delay
+// Close stops the client's subscriptions and watcher, waits for the calls
+// the client still has out (the releases that Unlock did not wait for once
+// a majority confirmed, the undo of a lost attempt, a waiter leaving a
+// queue), stops the background retries of releases that got no reply (a
+// key they had not reached expires by itself) and the goroutines waiting
+// for calls, and wakes its waiting Lock calls, which poll at the retry delay
 // from then on; the client still locks, counting every master's vote. It
-// returns nil once those goroutines ended, or after one node timeout (a call
-// stuck on a hung master ends in the background; docs/design.md, "Waiting for
-// a held lock"). Idempotent; it releases no lock.
+// returns nil once all of that ended, or after one node timeout in all (a
+// call stuck on a hung master ends in the background; docs/design.md,
+// "Waiting for a held lock"). Close the masters' clients after it, not
+// before: a release still out would fail and leave its key for its TTL.
+// Idempotent; it releases no lock.
 func (c *Client) Close() error {
 	by := time.Now().Add(c.cfg.nodeTimeout)
 	c.watcher.Close(by)
 	c.push.Close(by)
-	c.retries.Close(by)
 	c.stopWarmup()
+	c.group.Pool.Wait(by)
+	c.retries.Close(by)
 	c.group.Pool.Close()
 	return nil
 }
+
+// background runs f on a goroutine of the client's pool: Close waits for
+// it (a node timeout at most).
+func (c *Client) background(f func()) { c.group.Pool.Go(f) }
 
 // idlePerMaster bounds the goroutines per master that the client's pool
 // keeps waiting for the next call (quorum.Pool): enough for a few calls in

@@ -189,12 +189,12 @@ func (l *Lock) abandon(ctx context.Context, after func()) {
 	l.mu.Lock()
 	l.ended, l.cause = true, errUnlocked
 	l.mu.Unlock()
-	go func() {
+	l.c.background(func() {
 		l.releaseAll(context.WithoutCancel(ctx), l.round, nil)
 		if after != nil {
 			after()
 		}
-	}()
+	})
 }
 
 // leaseCheck is how often Done's timer looks at the clock that counts
@@ -434,11 +434,11 @@ func (l *Lock) releaseAfter(ctx context.Context, round *quorum.Round, enough fun
 				return
 			}
 			// A master in trouble: release it without holding up the caller.
-			go func() {
+			c.background(func() {
 				ctx, cancel := context.WithTimeout(detached, c.cfg.nodeTimeout)
 				defer cancel()
 				l.releaseOne(ctx, i, &out[i])
-			}()
+			})
 			return
 		}
 		l.releaseOne(ctx, i, &out[i])

@@ -139,6 +139,8 @@ func (p policyCore) RetryScript(i int, script *driver.Script, keys []string, arg
 	p.c.retryScript(i, script, keys, args, ttl, resource)
 }
 
+func (p policyCore) Go(f func()) { p.c.background(f) }
+
 func (p policyCore) NeverSent(i int, err error) bool { return p.c.neverSent(i, err) }
 
 func (p policyCore) MasterError(i int, op string, err error) error {

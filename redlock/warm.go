@@ -47,7 +47,7 @@ func (c *Client) startWarmup() {
 	var once sync.Once
 	var answered, ended atomic.Int32
 	for _, m := range c.masters {
-		go func() {
+		c.background(func() {
 			_, err := m.Eval(ctx, warmScript, []string{warmKey})
 			if driver.Replied(err) && int(answered.Add(1)) == c.quorum {
 				once.Do(func() { close(w.ok) })
@@ -56,7 +56,7 @@ func (c *Client) startWarmup() {
 				once.Do(func() { close(w.ok) })
 				cancel()
 			}
-		}()
+		})
 	}
 }
 
@@ -79,7 +79,8 @@ func (c *Client) warmed(ctx context.Context) {
 	w.ready.Store(true)
 }
 
-// stopWarmup ends the first calls still out (Close).
+// stopWarmup ends the first calls still out (Close, which then waits for
+// them to return).
 func (c *Client) stopWarmup() {
 	if c.warm.cancel != nil {
 		c.warm.cancel()

@@ -76,6 +76,9 @@ type Core[L Lock] interface {
 	// after it got no reply; RetryScript any script on keys set for ttl.
 	RetryRelease(l L, i int)
 	RetryScript(i int, script *driver.Script, keys []string, args []any, ttl time.Duration, resource string)
+	// Go runs f in the background; the client's Close waits for it, a node
+	// timeout at most.
+	Go(f func())
 	// NeverSent reports an error that proves a call never reached master i.
 	NeverSent(i int, err error) bool
 	// MasterError is the error of op on master i, as the core reports it.

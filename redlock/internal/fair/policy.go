@@ -630,10 +630,10 @@ func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round
 		leave()
 		return
 	}
-	go func() {
+	p.c.Go(func() {
 		<-won.Done()
 		leave()
-	}()
+	})
 }
 
 // leave removes the queue entries of keys (the lock key; entries as
@@ -645,7 +645,13 @@ func (p *Policy[L]) dequeue(ctx context.Context, q *queued[L], won *quorum.Round
 func (p *Policy[L]) leave(ctx context.Context, keys []string, entries []any, ttl time.Duration, skip func(int) bool) {
 	c := p.c
 	ctx = context.WithoutCancel(ctx)
-	go quorum.Group{Nodes: c.Masters(), Timeout: c.NodeTimeout()}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
+	c.Go(func() { p.leaveNow(ctx, keys, entries, ttl, skip) })
+}
+
+// leaveNow is leave, waiting for every master's answer or the node timeout.
+func (p *Policy[L]) leaveNow(ctx context.Context, keys []string, entries []any, ttl time.Duration, skip func(int) bool) {
+	c := p.c
+	quorum.Group{Nodes: c.Masters(), Timeout: c.NodeTimeout()}.Do(ctx, func(ctx context.Context, i int) (bool, error) {
 		if skip != nil && skip(i) {
 			return true, nil
 		}
