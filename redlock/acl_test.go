@@ -16,6 +16,7 @@ import (
 	"quorumlock.dev/internal/harness/redisserver"
 	"quorumlock.dev/internal/harness/redistest"
 	"quorumlock.dev/redlock/check"
+	"quorumlock.dev/redlock/internal/push"
 )
 
 // lockerACL is the ACL SETUSER line that docs/operations.md ("Who may see a
@@ -111,7 +112,7 @@ func TestACLKeepsOthersOff(t *testing.T) {
 		assert.ErrorContains(t, err, "NOPERM", "another user read the token")
 		err = o.Eval(ctx, releaseScript.Source(), []string{key}, w.l.Token()).Err()
 		assert.ErrorContains(t, err, "NOPERM", "another user ran the release")
-		for _, ch := range []string{key, "lockp:0123abcd:" + key} {
+		for _, ch := range []string{key, "lockp:0123abcd:" + key, push.HandedChannel(key)} {
 			sub := o.Subscribe(ctx, ch)
 			_, err = sub.Receive(ctx)
 			assert.ErrorContains(t, err, "NOPERM", "another user subscribed to %s", ch)
@@ -134,4 +135,33 @@ func TestACLKeepsOthersOff(t *testing.T) {
 			assert.NotEqual(t, check.Unknown, f.Status, "%s: %s could not be read with the documented ACL: %s", node.Node, f.Setting, f.Why)
 		}
 	}
+
+	// A client without fairness subscribes to the key's channel and to
+	// the one where handoffs to another client's claim are told
+	// (push.HandedChannel) in one SUBSCRIBE: the ACL must allow both, or
+	// its waiter hears no release and polls (at 20 s here, so that only a
+	// release heard can wake it in time).
+	plainHolder, plainWaiter := newTestClient(t, masters), newTestClient(t, masters, WithRetry(0, 20*time.Second, 0))
+	t.Cleanup(func() { _ = plainHolder.Close(); _ = plainWaiter.Close() })
+	h, err := plainHolder.TryLock(ctx, res, time.Minute)
+	require.NoError(t, err)
+	waiting = lockAsync(ctx, plainWaiter, res, time.Minute)
+	require.Eventually(t, func() bool { return sleepsOn(plainWaiter, res, h.Token()) }, 10*time.Second, time.Millisecond,
+		"the plain waiter does not sleep on the holder's token")
+	require.Eventually(t, func() bool {
+		var waiters []*push.Waiter // asked outside Waiting, which holds the subscriptions' locks
+		plainWaiter.push.Waiting("lock:"+res, func(ws []*push.Waiter) { waiters = append(waiters, ws...) })
+		for _, w := range waiters {
+			if w.ListeningAt(0) && w.ListeningAt(1) && w.ListeningAt(2) {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "the plain waiter's SUBSCRIBE was refused with the documented ACL")
+	require.NoError(t, h.Unlock(ctx))
+	released := time.Now()
+	w = <-waiting
+	require.NoError(t, w.err)
+	assert.Less(t, w.at.Sub(released), 5*time.Second, "the plain waiter was not woken by the release (its poll is 20 s, the lock's TTL a minute)")
+	require.NoError(t, w.l.Unlock(ctx))
 }

@@ -76,7 +76,7 @@ const linger = time.Second
 // Waiter is one Lock call that waits on a channel.
 type Waiter struct {
 	channel  string
-	handoffs string        // queued: the channel of its client's handoffs on the same key (HandoffChannel); "" before SetID
+	handoffs string        // the second channel: queued, its client's handoffs on the same key (HandoffChannel; "" before SetID); else HandedChannel
 	subs     []*subscriber // the masters it subscribed on
 	wake     chan struct{} // cap 1: a release, or a lost connection
 	ready    chan struct{} // cap 1: a subscription was confirmed
@@ -107,10 +107,11 @@ type released struct {
 // a busy key, read again rather than logged.
 const seenCap = 8
 
-// Join registers a waiter for channel on every master that can subscribe,
-// starting the subscriptions at the first call. After Close it subscribes
-// nowhere: the waiter then has its timer alone.
-func (h *Hub) Join(channel string) *Waiter { return h.JoinQueued(channel, "") }
+// Join registers a waiter of a client without fairness for channel (a lock
+// key) and its HandedChannel on every master that can subscribe, starting
+// the subscriptions at the first call. After Close it subscribes nowhere:
+// the waiter then has its timer alone.
+func (h *Hub) Join(channel string) *Waiter { return h.JoinQueued(channel, HandedChannel(channel)) }
 
 // JoinQueued is [Hub.Join] for a queued waiter, whose handoffs come on
 // channel handoffs too (HandoffChannel; "": none): both are sent in one
@@ -136,6 +137,15 @@ func (h *Hub) JoinQueued(channel, handoffs string) *Waiter {
 	}
 	return w
 }
+
+// HandedChannel is where a release that hands key to a queued waiter with
+// its claim publishes the released token, as its plain release would on
+// key's own channel, for the waiters of clients without fairness (only
+// they subscribe to it): one that sleeps on that token wakes and reads the
+// new holder. Without it such a waiter, in a deployment that mixes fair
+// and plain clients, slept until the released key's expiry; on key's own
+// channel the message would reach every fair client waiting on key too.
+func HandedChannel(key string) string { return "lockw:" + key }
 
 // HandoffChannel is where a release that hands key to a queued waiter of
 // the client tagged tag publishes (scripts/queue.lua, hand_to_head): only

@@ -63,8 +63,8 @@ end
 -- handoff_channel(key, head): where a release that hands key to waiter head with its claim
 -- publishes: the channel of head's client (its tag: characters 15-22 of the id) for that key, so
 -- that one client's subscriptions receive it, not every client's that waits on the key
--- (push.HandoffChannel). A reservation is published on the key's channel, as a plain release is:
--- a waiter of a client without fairness that sleeps on the released token wakes and reads the
+-- (push.HandoffChannel). A reservation is published on the key's channel, as a plain release is: a
+-- waiter of a client without fairness that sleeps on the released token wakes and reads the
 -- reservation's TTL, not the released key's.
 local function handoff_channel(key, head)
   return 'lockp:' .. string.sub(head, 15, 22) .. ':' .. key
@@ -74,8 +74,11 @@ end
 -- its reservation lost its head); `from` is what the message names as released (the token, or
 -- 'q'). When the queue's head has a claim, the key becomes the claim's token for the claim's TTL,
 -- the head leaves the queue, and the message '<from>/<head>/<token>' tells it that it holds the key
--- here. When the head has no claim (a client that makes none), the key becomes the reservation 'q'
--- until the last entry's deadline and the message '<from>/<head>' wakes the head to take it.
+-- here; `from` alone on 'lockw:' .. key (push.HandedChannel, which only waiters of clients without
+-- fairness subscribe to) wakes those that sleep on `from`, as its plain release would (without it
+-- they slept until its key's expiry). When the head has no claim (a
+-- client that makes none), the key becomes the reservation 'q' until the last entry's deadline and
+-- the message '<from>/<head>' wakes the head to take it.
 -- Returns false when nobody is queued (the caller deletes the key).
 local function hand_to_head(key, from, q, e, h, now)
   local head = redis.call('ZRANGE', q, 0, 0)[1]
@@ -89,6 +92,7 @@ local function hand_to_head(key, from, q, e, h, now)
     redis.call('SET', key, token, 'PX', string.sub(claim, sp + 1))
     drop(q, e, h, head)
     redis.call('PUBLISH', handoff_channel(key, head), from .. '/' .. head .. '/' .. token)
+    redis.call('PUBLISH', 'lockw:' .. key, from)
     return true
   end
   local last = redis.call('ZRANGE', e, -1, -1, 'WITHSCORES')
