@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"quorumlock.dev/internal/harness/memredis"
 )
 
 // TestCloseWaitsForCallsOut: Close lets the calls the client still has out
@@ -22,12 +24,8 @@ func TestCloseWaitsForCallsOut(t *testing.T) {
 	const slow = 20 * time.Millisecond // under the default node timeout
 	t.Run("Unlock's releases", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			servers, masters := memMasters(3)
-			c := virtualClient(t, masters)
+			servers, c, l := heldOnThree(t)
 			ctx := context.Background()
-			l, err := c.TryLock(ctx, "job", time.Minute)
-			require.NoError(t, err)
-			synctest.Wait() // the last SET landed
 			servers[2].Hang()
 			time.AfterFunc(slow, servers[2].Resume)
 			require.NoError(t, l.Unlock(ctx), "masters 0 and 1 confirmed")
@@ -72,12 +70,8 @@ func TestCloseWaitsForCallsOut(t *testing.T) {
 	})
 	t.Run("a hung master", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			servers, masters := memMasters(3)
-			c := virtualClient(t, masters)
+			servers, c, l := heldOnThree(t)
 			ctx := context.Background()
-			l, err := c.TryLock(ctx, "job", time.Minute)
-			require.NoError(t, err)
-			synctest.Wait()
 			servers[2].Hang()
 			defer servers[2].Resume()
 			require.NoError(t, l.Unlock(ctx))
@@ -86,4 +80,16 @@ func TestCloseWaitsForCallsOut(t *testing.T) {
 			assert.Equal(t, c.cfg.nodeTimeout, time.Since(start), "Close waits a node timeout at most")
 		})
 	})
+}
+
+// heldOnThree is a client of three in-memory masters and its lock on "job",
+// set on every master; call it inside the bubble.
+func heldOnThree(t *testing.T) ([]*memredis.Server, *Client, *Lock) {
+	t.Helper()
+	servers, masters := memMasters(3)
+	c := virtualClient(t, masters)
+	l, err := c.TryLock(context.Background(), "job", time.Minute)
+	require.NoError(t, err)
+	synctest.Wait() // the last SET landed
+	return servers, c, l
 }
