@@ -76,9 +76,9 @@ end
 -- the head leaves the queue, and the message '<from>/<head>/<token>' tells it that it holds the key
 -- here; `from` alone on 'lockw:' .. key (push.HandedChannel, which only waiters of clients without
 -- fairness subscribe to) wakes those that sleep on `from`, as its plain release would (without it
--- they slept until its key's expiry). When the head has no claim (a
--- client that makes none), the key becomes the reservation 'q' until the last entry's deadline and
--- the message '<from>/<head>' wakes the head to take it.
+-- they slept until its key's expiry). When the head has no claim (a client that makes none), the
+-- key becomes the reservation 'q' until the last entry's deadline and the message '<from>/<head>'
+-- wakes the head to take it.
 -- Returns false when nobody is queued (the caller deletes the key).
 local function hand_to_head(key, from, q, e, h, now)
   local head = redis.call('ZRANGE', q, 0, 0)[1]
