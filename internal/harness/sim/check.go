@@ -235,18 +235,12 @@ func (r *run) at(t time.Time) time.Duration { return t.Sub(r.start) }
 // of the shortest TTL, which a waiter asleep on a key's expiry would wait.
 const handoverBound = 4 * nodeTimeout
 
-// checkPlainInMixed has invariant B check a plain client's waits in a mixed
-// deployment too, where no fair Lock is about (TestSim's -sim.plainmixed;
-// off by default: see docs/simulation.md, "Not done yet").
-var checkPlainInMixed bool
-
 // checkHandover checks invariant B on every burst's resource: no stretch
 // in which the resource is free (no holding from its Lock's return to its
 // keys' release), a Lock waits for it and the world is settled (see
 // unsettled) lasts longer than handoverBound. In a mixed deployment a
 // plain client's Lock may starve while fair waiters are about (as
-// documented): only the fair clients' waits count there, and with
-// checkPlainInMixed a plain client's too where no fair Lock waited on the
+// documented): its waits count only where no fair Lock waited on the
 // resource within an entry TTL before (a reservation for a fair head lives
 // that long). Before the lockw: channel, such a waiter slept a whole TTL
 // after the fair waiters were gone.
@@ -266,7 +260,7 @@ func (r *run) checkHandover(byRes map[string][]holding) {
 			case r.s.Fair[w.client]:
 				waiting = append(waiting, stretch{w.began, w.ended})
 				fairAbout = append(fairAbout, stretch{w.began, w.ended.Add(fairEntryTTL + nodeTimeout)})
-			case checkPlainInMixed:
+			default:
 				plain = append(plain, stretch{w.began, w.ended})
 			}
 		}

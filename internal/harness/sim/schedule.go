@@ -330,7 +330,7 @@ func Draw(seed uint64, cfg Config) Schedule {
 	// From a fifth (issue 38), in every schedule: one fault of the store's
 	// link, a pause of a client inside a round or at a handoff, or a
 	// mint's reply lost, or a key of another type; the kind by the seed,
-	// so that any eight seeds in a row (make test's 24 among them) have
+	// so that any eight seeds in a row (make test's 32 among them) have
 	// each.
 	r5 := rand.New(rand.NewPCG(seed, 0x5eed5))
 	{

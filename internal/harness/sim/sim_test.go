@@ -118,12 +118,11 @@ func TestSimRegressions(t *testing.T) {
 // schedule), or the one of -sim.seed. With -sim.crowd, every schedule is a
 // crowd schedule.
 func TestSim(t *testing.T) {
-	checkPlainInMixed = *plainMixedFlag
 	if *seedFlag != 0 {
 		play(t, *seedFlag, configFor(0, false), true)
 		return
 	}
-	n, base := 24, uint64(1)
+	n, base := 32, uint64(1)
 	var until time.Time
 	if d, err := time.ParseDuration(os.Getenv("SIM_TIME")); err == nil && d > 0 {
 		until, n, base = time.Now().Add(d), 1<<62, rand.Uint64()>>1|1
@@ -159,8 +158,8 @@ func TestSim(t *testing.T) {
 	})
 	wall := time.Since(start)
 	t.Logf("rare paths (hits, schedules that reached each):\n%s", paths.table())
-	if cycled.Load() == int64(n) && n >= 24 {
-		// Every schedule a default one, as make test's 24 are: each named
+	if cycled.Load() == int64(n) && n >= 32 {
+		// Every schedule a default one, as make test's 32 are: each named
 		// path must have been reached, or its fault kind tests nothing.
 		for _, p := range rarePaths {
 			if paths.schedules[p] == 0 {
@@ -179,8 +178,6 @@ func TestSim(t *testing.T) {
 // crowdFlag makes TestSim's schedules (and TestSimReplays') crowd
 // schedules; with -sim.seed, that seed's.
 var crowdFlag = flag.Bool("sim.crowd", false, "play crowd schedules (Config.Bursts): with -sim.seed, that seed's")
-
-var plainMixedFlag = flag.Bool("sim.plainmixed", false, "invariant B checks a plain client's waits in a mixed deployment where no fair Lock is about (docs/simulation.md, \"Not done yet\")")
 
 // configFor is the config of TestSim's i-th schedule: a crowd schedule
 // with -sim.crowd, and one in four when mixed (make sim's SIM_TIME).
@@ -320,7 +317,7 @@ var wireFlag = flag.Bool("sim.wire", false, "put every call a master applies int
 var contextFlag = flag.Int("sim.context", 3, "TestSimReplays: events shown before two replays differ")
 
 // rarePaths are the named rare paths the default schedules must reach
-// (issue 38, item 2): TestSim's default run (24 schedules, make test)
+// (issue 38, item 2): TestSim's default run (32 schedules, make test)
 // fails when one of them was reached by no schedule, and every run prints
 // how often each was.
 var rarePaths = []string{

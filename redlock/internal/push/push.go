@@ -142,7 +142,8 @@ func (h *Hub) JoinQueued(channel, handoffs string) *Waiter {
 // its claim publishes the released token, as its plain release would on
 // key's own channel, for the waiters of clients without fairness (only
 // they subscribe to it): one that sleeps on that token wakes and reads the
-// new holder. Without it such a waiter, in a deployment that mixes fair
+// new holder. A fair attempt that takes over a key holding an earlier
+// attempt's token of its waiter publishes that token there too. Without it such a waiter, in a deployment that mixes fair
 // and plain clients, slept until the released key's expiry; on key's own
 // channel the message would reach every fair client waiting on key too.
 func HandedChannel(key string) string { return "lockw:" + key }
