@@ -46,10 +46,8 @@ if v and ARGV[7] ~= '' and string.sub(v, 1, #ARGV[7]) == ARGV[7] then
   else
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     drop(q, e, h, ARGV[3])
-    -- The earlier attempt's token is gone from the key: a waiter of a client without fairness that
-    -- sleeps on it (it read the key before) hears of it as of a release (push.HandedChannel), reads
-    -- the new token and sleeps on that one. Without it, it slept until the old token's expiry.
-    redis.call('PUBLISH', 'lockw:' .. KEYS[1], v)
+    -- The earlier attempt's token is gone from the key: tell the plain waiters that sleep on it.
+    redis.call('PUBLISH', handed_channel(KEYS[1]), v)
     return {1}
   end
 end

@@ -70,12 +70,20 @@ local function handoff_channel(key, head)
   return 'lockp:' .. string.sub(head, 15, 22) .. ':' .. key
 end
 
+-- handed_channel(key): where a token that left key other than by its release is published for the
+-- waiters of clients without fairness, which alone subscribe to it (push.HandedChannel): a key
+-- handed to a queued waiter's claim (hand_to_head), a key taken over by a later attempt of the same
+-- waiter (fair_lock.lua). One that sleeps on that token wakes and reads the key again.
+local function handed_channel(key)
+  return 'lockw:' .. key
+end
+
 -- hand_to_head(key, from, q, e, h, now): the key is free for the queue (its holder released it, or
 -- its reservation lost its head); `from` is what the message names as released (the token, or
 -- 'q'). When the queue's head has a claim, the key becomes the claim's token for the claim's TTL,
 -- the head leaves the queue, and the message '<from>/<head>/<token>' tells it that it holds the key
--- here; `from` alone on 'lockw:' .. key (push.HandedChannel, which only waiters of clients without
--- fairness subscribe to) wakes those that sleep on `from`, as its plain release would (without it
+-- here; `from` alone on handed_channel(key) wakes the waiters of clients without fairness that
+-- sleep on `from`, as its plain release would (without it
 -- they slept until its key's expiry). When the head has no claim (a client that makes none), the
 -- key becomes the reservation 'q' until the last entry's deadline and the message '<from>/<head>'
 -- wakes the head to take it.
@@ -92,7 +100,7 @@ local function hand_to_head(key, from, q, e, h, now)
     redis.call('SET', key, token, 'PX', string.sub(claim, sp + 1))
     drop(q, e, h, head)
     redis.call('PUBLISH', handoff_channel(key, head), from .. '/' .. head .. '/' .. token)
-    redis.call('PUBLISH', 'lockw:' .. key, from)
+    redis.call('PUBLISH', handed_channel(key), from)
     return true
   end
   local last = redis.call('ZRANGE', e, -1, -1, 'WITHSCORES')
